@@ -1,0 +1,148 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisServer is one redis-server process owned by a test.
+type RedisServer struct {
+	Addr string // host:port on loopback
+	Dir  string // data directory
+	Args []string
+
+	cmd *exec.Cmd
+}
+
+// URL returns the server's redis:// URL for database 0.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Client returns a client of the server, closed when the test ends.
+func (s *RedisServer) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Redis starts a fresh redis-server for tb and stops it when tb ends. Extra
+// arguments are passed to redis-server (for example "--appendonly", "yes").
+func Redis(tb testing.TB, extra ...string) *RedisServer {
+	tb.Helper()
+	bin := redisBinary(tb)
+	s := &RedisServer{Dir: tb.TempDir()}
+	s.Args = append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
+	var err error
+	for range 5 { // a free port can be taken between choosing and binding it
+		if err = s.start(bin); err == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+	}
+	tb.Fatalf("start redis-server: %v", err)
+	return nil
+}
+
+func redisBinary(tb testing.TB) string {
+	tb.Helper()
+	if bin := os.Getenv("SILT_REDIS_SERVER"); bin != "" {
+		return bin
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err == nil {
+		return bin
+	}
+	Absent(tb, "redis-server", "scripts/servers.sh install redis")
+	return ""
+}
+
+// Absent fails tb because a server it needs is missing, naming the script that
+// provides it; with -short it skips instead.
+func Absent(tb testing.TB, what, script string) {
+	tb.Helper()
+	msg := fmt.Sprintf("%s is not available: run %s (or go test -short to skip tests that need it)", what, script)
+	if testing.Short() {
+		tb.Skip(msg)
+	}
+	tb.Fatal(msg)
+}
+
+func (s *RedisServer) start(bin string) error {
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.cmd = exec.Command(bin, append([]string{"--port", strconv.Itoa(port)}, s.Args...)...)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	if err := s.waitReady(10 * time.Second); err != nil {
+		s.Stop()
+		return err
+	}
+	return nil
+}
+
+func (s *RedisServer) waitReady(limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s not ready: %v\n%s", s.Addr, err, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Stop kills the server and waits for it to exit. It is safe to call twice.
+func (s *RedisServer) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port and directory.
+func (s *RedisServer) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	s.cmd = exec.Command(redisBinary(tb), append([]string{"--port", port}, s.Args...)...)
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatalf("restart redis-server: %v", err)
+	}
+	if err := s.waitReady(10 * time.Second); err != nil {
+		tb.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,75 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultPrefix is the key prefix shared with EchoMQ's keyspace.
+const DefaultPrefix = "emq"
+
+// ErrBadName is wrapped by errors about prefixes, queues, streams or groups
+// whose names would break a key or its hash tag.
+var ErrBadName = errors.New("bad name")
+
+// maxNameLen bounds every name so that keys stay readable and small.
+const maxNameLen = 128
+
+// Keyspace names every key silt writes for one queue. All of them share the
+// hash tag {<queue>}, so one queue lives in one Redis Cluster slot:
+//
+//	<prefix>:{<queue>}:stream:<stream>          the stream itself
+//	<prefix>:{<queue>}:dead:<stream>:<group>     a group's dead letters (a stream)
+type Keyspace struct {
+	Prefix string
+	Queue  string
+}
+
+// NewKeyspace validates prefix and queue. An empty prefix means DefaultPrefix.
+func NewKeyspace(prefix, queue string) (Keyspace, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateName("prefix", prefix); err != nil {
+		return Keyspace{}, err
+	}
+	if err := ValidateName("queue", queue); err != nil {
+		return Keyspace{}, err
+	}
+	return Keyspace{Prefix: prefix, Queue: queue}, nil
+}
+
+// ValidateName checks a name used inside a key. Allowed: 1 to 128 ASCII
+// letters, digits, '.', '_' and '-'. Braces would break the hash tag, ':'
+// would make keys ambiguous, and spaces or control bytes make keys unsafe to
+// type. what names the role ("queue", "stream", "group") in the error.
+func ValidateName(what, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s name is empty: %w", what, ErrBadName)
+	}
+	if len(name) > maxNameLen {
+		return fmt.Errorf("%s name %.20q... is %d bytes, at most %d: %w", what, name, len(name), maxNameLen, ErrBadName)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("%s name %q: byte %q at %d is not allowed (use letters, digits, '.', '_', '-'): %w",
+				what, name, name[i], i, ErrBadName)
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == '-'
+}
+
+func (k Keyspace) base() string { return k.Prefix + ":{" + k.Queue + "}:" }
+
+// Stream returns the key of a stream. The name must have passed ValidateName.
+func (k Keyspace) Stream(name string) string { return k.base() + "stream:" + name }
+
+// DeadLetter returns the key of a group's dead-letter stream.
+func (k Keyspace) DeadLetter(stream, group string) string {
+	return k.base() + "dead:" + stream + ":" + group
+}

@@ -1,0 +1,171 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// IDField is the entry field that holds the branded id.
+const IDField = "id"
+
+// Errors of the Log.
+var (
+	// ErrWrongKind means an id's kind is not the kind the stream holds.
+	ErrWrongKind = errors.New("wrong kind")
+	// ErrReservedField means a payload tried to set the "id" field.
+	ErrReservedField = errors.New("reserved field")
+	// ErrBehind means the stream top stayed ahead of the minter after every retry.
+	ErrBehind = errors.New("stream top stays ahead of the minter")
+)
+
+// Client is the part of go-redis the stream package uses. *redis.Client,
+// *redis.ClusterClient and *redis.Ring satisfy it.
+type Client interface {
+	redis.Cmdable
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+)
+
+// Fields is an entry's payload: field names to values, without "id".
+type Fields = map[string]string
+
+// Log appends branded entries to one stream and reads them back.
+type Log struct {
+	// PageSize is how many entries a read fetches per XRANGE.
+	PageSize int64
+	// BatchSize is the most entries AppendBatch writes in one atomic step.
+	BatchSize int
+	// MaxRetries bounds how often an append re-mints after another writer got ahead.
+	MaxRetries int
+
+	rdb    Client
+	key    string
+	minter *brand.Minter
+}
+
+// NewLog returns the log of stream name in ks, holding ids of kind.
+func NewLog(rdb Client, ks Keyspace, name string, kind brand.Kind) (*Log, error) {
+	if err := ValidateName("stream", name); err != nil {
+		return nil, err
+	}
+	m, err := brand.NewMinter(kind)
+	if err != nil {
+		return nil, err
+	}
+	return &Log{PageSize: 1000, BatchSize: 500, MaxRetries: 8, rdb: rdb, key: ks.Stream(name), minter: m}, nil
+}
+
+// Key returns the stream's Redis key.
+func (l *Log) Key() string { return l.key }
+
+// Kind returns the kind of id the stream holds.
+func (l *Log) Kind() brand.Kind { return l.minter.Kind() }
+
+// Minter returns the log's minter, shared by all its appends.
+func (l *Log) Minter() *brand.Minter { return l.minter }
+
+// Append mints an id, writes the entry with XADD under that explicit stream id
+// and returns the id. When another writer is ahead, it re-mints past the stream
+// top and retries, at most MaxRetries times.
+func (l *Log) Append(ctx context.Context, fields Fields) (brand.ID, error) {
+	if err := checkFields(fields); err != nil {
+		return brand.ID{}, err
+	}
+	for range l.MaxRetries + 1 {
+		id := l.minter.Mint()
+		err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
+		if err == nil {
+			return id, nil
+		}
+		if !isBehind(err) {
+			return brand.ID{}, fmt.Errorf("xadd %s: %w", l.key, err)
+		}
+		if err := l.catchUp(ctx); err != nil {
+			return brand.ID{}, err
+		}
+	}
+	return brand.ID{}, fmt.Errorf("append to %s: %w after %d retries", l.key, ErrBehind, l.MaxRetries)
+}
+
+// AppendID writes one entry under a caller-minted id. An id of another kind is
+// refused before any command is sent. It does not retry: a stream top at or
+// above id is returned as an error.
+func (l *Log) AppendID(ctx context.Context, id brand.ID, fields Fields) error {
+	if id.Kind != l.Kind() {
+		return fmt.Errorf("append %s to %s: kind %s, stream holds %s: %w", id, l.key, id.Kind, l.Kind(), ErrWrongKind)
+	}
+	if err := checkFields(fields); err != nil {
+		return err
+	}
+	err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
+	if err != nil {
+		return fmt.Errorf("xadd %s %s: %w", l.key, id, err)
+	}
+	return nil
+}
+
+func checkFields(fields Fields) error {
+	if _, ok := fields[IDField]; ok {
+		return fmt.Errorf("payload sets field %q, which holds the branded id: %w", IDField, ErrReservedField)
+	}
+	return nil
+}
+
+// values lays out an entry as id first, then the payload in field order, so
+// that entries read the same in redis-cli every time.
+func values(id brand.ID, fields Fields) []string {
+	out := make([]string, 0, 2+2*len(fields))
+	out = append(out, IDField, id.String())
+	start := len(out)
+	for k, v := range fields {
+		out = append(out, k, v)
+	}
+	sortPairs(out[start:])
+	return out
+}
+
+// sortPairs sorts a flat [k1 v1 k2 v2 ...] slice by key.
+func sortPairs(kv []string) {
+	type pair struct{ k, v string }
+	if len(kv) <= 2 {
+		return
+	}
+	pairs := make([]pair, len(kv)/2)
+	for i := range pairs {
+		pairs[i] = pair{kv[2*i], kv[2*i+1]}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int { return strings.Compare(a.k, b.k) })
+	for i, p := range pairs {
+		kv[2*i], kv[2*i+1] = p.k, p.v
+	}
+}
+
+// isBehind reports whether XADD refused an id at or below the stream top.
+func isBehind(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "equal or smaller than the target stream top")
+}
+
+// catchUp advances the minter past the stream's last generated id, which
+// counts deleted and trimmed entries too.
+func (l *Log) catchUp(ctx context.Context) error {
+	info, err := l.rdb.XInfoStream(ctx, l.key).Result()
+	if err != nil {
+		return fmt.Errorf("xinfo stream %s: %w", l.key, err)
+	}
+	top, err := brand.ParseStreamID(info.LastGeneratedID)
+	if err != nil {
+		return fmt.Errorf("xinfo stream %s: last-generated-id: %w", l.key, err)
+	}
+	l.minter.AdvancePast(top)
+	return nil
+}

@@ -1,0 +1,284 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func newLog(tb testing.TB) (*stream.Log, *redis.Client) {
+	tb.Helper()
+	rdb := testserver.Redis(tb).Client(tb)
+	ks, err := stream.NewKeyspace("", "cm")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l, rdb
+}
+
+func collect(tb testing.TB, seq func(func(stream.Entry, error) bool)) []stream.Entry {
+	tb.Helper()
+	var out []stream.Entry
+	for e, err := range seq {
+		if err != nil {
+			tb.Fatalf("read: %v", err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestLog_AppendAndRead(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	id, err := l.Append(ctx, stream.Fields{"amount": "3", "user": "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rdb.XRange(ctx, "emq:{cm}:stream:events", "-", "+").Result()
+	if err != nil || len(raw) != 1 {
+		t.Fatalf("xrange: %v %v", raw, err)
+	}
+	if raw[0].ID != id.StreamID.String() || raw[0].Values["id"] != id.String() {
+		t.Fatalf("stored %v under %s, want id field %s and stream id %s", raw[0].Values, raw[0].ID, id, id.StreamID)
+	}
+	got := collect(t, l.Read(ctx, stream.First, stream.Last))
+	if len(got) != 1 || got[0].ID != id || got[0].Fields["amount"] != "3" || len(got[0].Fields) != 2 {
+		t.Fatalf("read back %+v", got)
+	}
+}
+
+func TestLog_AppendBatchPagedRead(t *testing.T) {
+	l, _ := newLog(t)
+	l.PageSize = 7
+	l.BatchSize = 64
+	ctx := context.Background()
+	batch := make([]stream.Fields, 1000)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
+	}
+	ids, err := l.AppendBatch(ctx, batch)
+	if err != nil || len(ids) != len(batch) {
+		t.Fatalf("AppendBatch: %d ids, %v", len(ids), err)
+	}
+	got := collect(t, l.Read(ctx, stream.First, stream.Last))
+	if len(got) != len(batch) {
+		t.Fatalf("read %d entries, want %d", len(got), len(batch))
+	}
+	for i, e := range got {
+		if e.ID != ids[i] || e.Fields["n"] != fmt.Sprint(i) {
+			t.Fatalf("entry %d = %v %v, want %v n=%d", i, e.ID, e.Fields, ids[i], i)
+		}
+		if i > 0 && e.ID.String() <= got[i-1].ID.String() {
+			t.Fatalf("entry %d out of mint order", i)
+		}
+	}
+	// A sub-range, inclusive at both ends.
+	sub := collect(t, l.Read(ctx, ids[10].StreamID, ids[20].StreamID))
+	if len(sub) != 11 || sub[0].ID != ids[10] || sub[10].ID != ids[20] {
+		t.Fatalf("sub-range: %d entries", len(sub))
+	}
+}
+
+func TestLog_AnotherWriterAhead(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	// Another writer puts an entry far in the future.
+	future := brand.StreamID{MS: uint64(time.Now().Add(time.Hour).UnixMilli()), Seq: 5}
+	fid, _ := brand.New(brand.EVT, future)
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.Key(), ID: future.String(), Values: []string{"id", fid.String()}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := l.Append(ctx, stream.Fields{"a": "1"})
+	if err != nil {
+		t.Fatalf("Append with a writer ahead: %v", err)
+	}
+	if id.StreamID.Compare(future) <= 0 {
+		t.Fatalf("id %s not past the top %s", id.StreamID, future)
+	}
+	// The same for a batch, after the other writer jumps ahead again.
+	future2 := brand.StreamID{MS: future.MS + 1000}
+	fid2, _ := brand.New(brand.EVT, future2)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.Key(), ID: future2.String(), Values: []string{"id", fid2.String()}})
+	ids, err := l.AppendBatch(ctx, []stream.Fields{{"a": "2"}, {"a": "3"}})
+	if err != nil || len(ids) != 2 || ids[0].StreamID.Compare(future2) <= 0 {
+		t.Fatalf("AppendBatch with a writer ahead: %v %v", ids, err)
+	}
+	if n := rdb.XLen(ctx, l.Key()).Val(); n != 5 {
+		t.Fatalf("XLEN = %d, want 5 (nothing half-written, nothing doubled)", n)
+	}
+}
+
+func TestLog_AppendIDWrongKindSendsNothing(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	before := rdb.InfoMap(ctx, "stats").Item("Stats", "total_commands_processed")
+	usr, _ := brand.New(brand.USR, brand.StreamID{MS: 1, Seq: 1})
+	err := l.AppendID(ctx, usr, stream.Fields{"a": "1"})
+	if !errors.Is(err, stream.ErrWrongKind) || !strings.Contains(err.Error(), usr.String()) {
+		t.Fatalf("AppendID(USR) = %v, want ErrWrongKind naming the id", err)
+	}
+	after := rdb.InfoMap(ctx, "stats").Item("Stats", "total_commands_processed")
+	// The second INFO itself is the only command between the two readings.
+	if fmt.Sprint(after) != fmt.Sprint(atoi(t, before)+1) {
+		t.Fatalf("commands processed went from %s to %s: something was sent", before, after)
+	}
+	if n := rdb.XLen(ctx, l.Key()).Val(); n != 0 {
+		t.Fatalf("XLEN = %d after a refused append", n)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
+
+func TestLog_ReservedField(t *testing.T) {
+	l, _ := newLog(t)
+	if _, err := l.Append(context.Background(), stream.Fields{"id": "x"}); !errors.Is(err, stream.ErrReservedField) {
+		t.Fatalf("Append with an id field: %v", err)
+	}
+	if _, err := l.AppendBatch(context.Background(), []stream.Fields{{"a": "1"}, {"id": "x"}}); !errors.Is(err, stream.ErrReservedField) {
+		t.Fatalf("AppendBatch with an id field: %v", err)
+	}
+}
+
+func TestLog_ReadMalformed(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	good, _ := l.Append(ctx, stream.Fields{"a": "1"})
+	usr, _ := brand.New(brand.USR, brand.StreamID{MS: good.MS + 4, Seq: 0})
+	other, _ := brand.New(brand.EVT, brand.StreamID{MS: 7, Seq: 7})
+	for i, v := range [][]string{
+		{"a", "no id"},
+		{"id", "garbage"},
+		{"id", usr.String()},
+		{"id", other.String()},
+	} {
+		sid := brand.StreamID{MS: good.MS + uint64(i) + 1}
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.Key(), ID: sid.String(), Values: v}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, _ := l.Append(ctx, stream.Fields{"a": "2"})
+	var reasons []string
+	var ok []brand.ID
+	for e, err := range l.Read(ctx, stream.First, stream.Last) {
+		var me *stream.MalformedError
+		switch {
+		case errors.As(err, &me):
+			if me.StreamID != e.StreamID || e.StreamID.IsZero() {
+				t.Errorf("malformed error for %s carries %s", e.StreamID, me.StreamID)
+			}
+			reasons = append(reasons, me.Error())
+		case err != nil:
+			t.Fatal(err)
+		default:
+			ok = append(ok, e.ID)
+		}
+	}
+	if len(ok) != 2 || ok[0] != good || ok[1] != after {
+		t.Errorf("good entries %v, want %v %v", ok, good, after)
+	}
+	want := []string{`no "id" field`, `"garbage"`, "kind USR", "names 7-7"}
+	if len(reasons) != len(want) {
+		t.Fatalf("malformed: %q", reasons)
+	}
+	for i, w := range want {
+		if !strings.Contains(reasons[i], w) || !strings.Contains(reasons[i], l.Key()) {
+			t.Errorf("reason %d = %q, want it to contain %q and the key", i, reasons[i], w)
+		}
+	}
+}
+
+func TestLog_ReadWindow(t *testing.T) {
+	l, _ := newLog(t)
+	ctx := context.Background()
+	base := time.UnixMilli(1_800_000_000_000)
+	var ids []brand.ID
+	for i := range 10 {
+		id, _ := brand.New(brand.EVT, brand.StreamID{MS: uint64(base.UnixMilli()) + uint64(i), Seq: 0})
+		id2, _ := brand.New(brand.EVT, brand.StreamID{MS: id.MS, Seq: 99})
+		for _, x := range []brand.ID{id, id2} {
+			if err := l.AppendID(ctx, x, stream.Fields{"i": fmt.Sprint(i)}); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, x)
+		}
+	}
+	got := collect(t, l.ReadWindow(ctx, base.Add(2*time.Millisecond), base.Add(4*time.Millisecond)))
+	if len(got) != 6 || got[0].ID != ids[4] || got[5].ID != ids[9] {
+		t.Fatalf("window [2ms, 4ms] returned %d entries from %v", len(got), got)
+	}
+	since := collect(t, l.ReadSince(ctx, base.Add(8*time.Millisecond)))
+	if len(since) != 4 || since[0].ID != ids[16] {
+		t.Fatalf("since 8ms returned %d entries", len(since))
+	}
+}
+
+func TestLog_Trim(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	batch := make([]stream.Fields, 300)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
+	}
+	ids, err := l.AppendBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := l.TrimMinID(ctx, ids[100].StreamID, true)
+	if err != nil || removed != 100 {
+		t.Fatalf("exact TrimMinID removed %d, %v; want 100", removed, err)
+	}
+	first := rdb.XRangeN(ctx, l.Key(), "-", "+", 1).Val()[0].ID
+	if first != ids[100].StreamID.String() {
+		t.Fatalf("first entry %s, want %s", first, ids[100].StreamID)
+	}
+	removed, err = l.TrimMaxLen(ctx, 50, false)
+	if err != nil || removed < 0 || rdb.XLen(ctx, l.Key()).Val() < 50 {
+		t.Fatalf("approx TrimMaxLen removed %d, %v, left %d: must keep at least 50", removed, err, rdb.XLen(ctx, l.Key()).Val())
+	}
+	removed, err = l.TrimMaxLen(ctx, 50, true)
+	if err != nil || rdb.XLen(ctx, l.Key()).Val() != 50 {
+		t.Fatalf("exact TrimMaxLen: %d, %v", removed, err)
+	}
+}
+
+func TestLog_RedisDown(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	srv.Stop()
+	if _, err := l.Append(context.Background(), stream.Fields{"a": "1"}); err == nil || !strings.Contains(err.Error(), l.Key()) {
+		t.Fatalf("Append with redis down: %v, want an error naming the key", err)
+	}
+	yields := 0
+	for _, err := range l.Read(context.Background(), stream.First, stream.Last) {
+		yields++
+		if err == nil || !strings.Contains(err.Error(), "xrange") {
+			t.Fatalf("Read with redis down: %v", err)
+		}
+	}
+	if yields != 1 {
+		t.Fatalf("Read with redis down yielded %d times, want one error", yields)
+	}
+}

@@ -1,0 +1,125 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// ErrMalformed is wrapped by every MalformedError.
+var ErrMalformed = errors.New("malformed entry")
+
+// Entry is one stream entry read back.
+type Entry struct {
+	ID       brand.ID       // the branded id; zero when the entry is malformed
+	StreamID brand.StreamID // the entry's id in the stream
+	Fields   Fields         // the payload, without the "id" field
+}
+
+// MalformedError describes an entry whose "id" field is missing, unparsable,
+// of the wrong kind, or names another stream id than the entry's own. The
+// entry comes with it, so nothing is silently dropped.
+type MalformedError struct {
+	Key      string         // the stream key
+	StreamID brand.StreamID // the entry's raw stream id
+	RawID    string         // the "id" field as stored ("" when missing)
+	Reason   string
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("%s: entry %s: %s", e.Key, e.StreamID, e.Reason)
+}
+
+// Unwrap returns ErrMalformed.
+func (e *MalformedError) Unwrap() error { return ErrMalformed }
+
+// Bounds for reads: the first and the last possible stream id.
+var (
+	First = brand.StreamID{}
+	Last  = brand.StreamID{MS: math.MaxUint64, Seq: math.MaxUint64}
+)
+
+// Read yields the entries with from <= stream id <= to in mint order, fetching
+// PageSize entries per XRANGE, so memory stays bounded whatever the range. A
+// malformed entry is yielded with a *MalformedError and iteration goes on; a
+// Redis error is yielded once and ends the iteration.
+func (l *Log) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		for from.Compare(to) <= 0 {
+			page, err := l.rdb.XRangeN(ctx, l.key, from.String(), to.String(), l.PageSize).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				yield(Entry{}, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err))
+				return
+			}
+			for _, msg := range page {
+				e, err := l.decode(msg)
+				if !yield(e, err) {
+					return
+				}
+				from = e.StreamID
+			}
+			if int64(len(page)) < l.PageSize {
+				return
+			}
+			var more bool
+			if from, more = from.Next(); !more {
+				return
+			}
+		}
+	}
+}
+
+// ReadWindow yields the entries minted from t0 to t1, both milliseconds included.
+func (l *Log) ReadWindow(ctx context.Context, t0, t1 time.Time) iter.Seq2[Entry, error] {
+	return l.Read(ctx, brand.WindowStart(t0), brand.WindowEnd(t1))
+}
+
+// ReadSince yields the entries minted at or after t0.
+func (l *Log) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Entry, error] {
+	return l.Read(ctx, brand.WindowStart(t0), Last)
+}
+
+// decode turns a raw message into an Entry, checking its "id" field against
+// the stream id and the log's kind.
+func (l *Log) decode(msg redis.XMessage) (Entry, error) {
+	var e Entry
+	sid, err := brand.ParseStreamID(msg.ID)
+	if err != nil {
+		return e, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
+	}
+	e.StreamID = sid
+	e.Fields = make(Fields, len(msg.Values))
+	raw, hasID := "", false
+	for k, v := range msg.Values {
+		s := fmt.Sprint(v)
+		if k == IDField {
+			raw, hasID = s, true
+			continue
+		}
+		e.Fields[k] = s
+	}
+	bad := func(reason string) (Entry, error) {
+		return e, &MalformedError{Key: l.key, StreamID: sid, RawID: raw, Reason: reason}
+	}
+	if !hasID {
+		return bad(`no "id" field`)
+	}
+	id, err := brand.Parse(raw)
+	switch {
+	case err != nil:
+		return bad(err.Error())
+	case id.Kind != l.Kind():
+		return bad(fmt.Sprintf("id %s is of kind %s, the stream holds %s", raw, id.Kind, l.Kind()))
+	case id.StreamID != sid:
+		return bad(fmt.Sprintf("id %s names %s, not the entry's own id", raw, id.StreamID))
+	}
+	e.ID = id
+	return e, nil
+}
