@@ -1,0 +1,32 @@
+// Command archiver is silt's archive face: it reads a stream's history and
+// (in later changes) folds old entries into object storage before trimming.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: tests drive it with their own streams.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:     "archiver",
+		Usage:    "read a Redis stream's whole history",
+		Commands: []*cli.Command{readCommand()},
+	}
+	return clix.Run(ctx, app, args, stdin, stdout, stderr)
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func readCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "read",
+		Usage: "print the stream's history by id range or time window, one entry per line",
+		Flags: append(clix.CommonFlags(),
+			&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},
+			&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive: +, a branded id or <ms>-<seq>"},
+			&cli.StringFlag{Name: "since", Usage: "entries minted at or after TIME (RFC 3339 or Unix ms)"},
+			&cli.StringFlag{Name: "window", Usage: "entries minted from T0 to T1, both included: T0,T1"},
+			&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "jsonl or text"},
+		),
+		Action: readAction,
+	}
+}
+
+// record is one line of `archiver read --format jsonl`.
+type record struct {
+	ID       string            `json:"id"`
+	StreamID string            `json:"stream_id"`
+	Fields   map[string]string `json:"fields"`
+	Source   string            `json:"source"`
+	Error    string            `json:"error,omitempty"`
+}
+
+func readAction(c *cli.Context) error {
+	target, err := clix.ParseTarget(c)
+	if err != nil {
+		return err
+	}
+	from, to, err := readBounds(c, target.Kind)
+	if err != nil {
+		return err
+	}
+	write, err := formatter(c.String("format"))
+	if err != nil {
+		return err
+	}
+	logger, err := clix.NewLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	log, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
+	if err != nil {
+		return err
+	}
+	return printEntries(c, log, from, to, write, logger)
+}
+
+func printEntries(c *cli.Context, log *stream.Log, from, to brand.StreamID, write writeFunc, logger *slog.Logger) error {
+	out := bufio.NewWriterSize(c.App.Writer, 64<<10)
+	defer out.Flush()
+	n, malformed := 0, 0
+	for e, err := range log.Read(c.Context, from, to) {
+		rec := record{ID: e.ID.String(), StreamID: e.StreamID.String(), Fields: e.Fields, Source: "live"}
+		var me *stream.MalformedError
+		switch {
+		case errors.As(err, &me):
+			malformed++
+			rec.ID, rec.Error = me.RawID, me.Reason
+			logger.Warn("malformed entry", "key", me.Key, "stream_id", me.StreamID.String(), "reason", me.Reason)
+		case err != nil:
+			return fmt.Errorf("read after %d entries: %w", n, err)
+		}
+		if err := write(out, rec); err != nil {
+			return err
+		}
+		n++
+	}
+	logger.Debug("read done", "entries", n, "malformed", malformed)
+	return out.Flush()
+}
+
+// readBounds turns --from/--to, --since or --window into inclusive bounds.
+func readBounds(c *cli.Context, kind brand.Kind) (from, to brand.StreamID, err error) {
+	ranged := c.IsSet("from") || c.IsSet("to")
+	switch {
+	case c.IsSet("window") && (c.IsSet("since") || ranged):
+		return from, to, clix.Usagef("--window", "cannot be combined with --since, --from or --to")
+	case c.IsSet("since") && ranged:
+		return from, to, clix.Usagef("--since", "cannot be combined with --from or --to")
+	case c.IsSet("window"):
+		return clix.ParseWindow("--window", c.String("window"))
+	case c.IsSet("since"):
+		t0, err := clix.ParseTime("--since", c.String("since"))
+		return brand.WindowStart(t0), stream.Last, err
+	}
+	if from, err = clix.ParseBound("--from", c.String("from"), kind); err != nil {
+		return from, to, err
+	}
+	if to, err = clix.ParseBound("--to", c.String("to"), kind); err != nil {
+		return from, to, err
+	}
+	return from, to, nil
+}
+
+type writeFunc func(w *bufio.Writer, r record) error
+
+func formatter(name string) (writeFunc, error) {
+	switch name {
+	case "jsonl":
+		return writeJSON, nil
+	case "text":
+		return writeText, nil
+	}
+	return nil, clix.Usagef("--format", "%q is not jsonl or text", name)
+}
+
+func writeJSON(w *bufio.Writer, r record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	w.Write(b)
+	return w.WriteByte('\n')
+}
+
+// writeText prints "<id> <stream id> <source> k=v ...", quoting values that
+// are not plain words so that each entry stays on one line.
+func writeText(w *bufio.Writer, r record) error {
+	id := r.ID
+	if r.Error != "" {
+		id = "MALFORMED(" + strconv.Quote(r.ID) + ": " + r.Error + ")"
+	}
+	fmt.Fprintf(w, "%s %s %s", id, r.StreamID, r.Source)
+	for _, k := range slices.Sorted(maps.Keys(r.Fields)) {
+		fmt.Fprintf(w, " %s=%s", quoteIfNeeded(k), quoteIfNeeded(r.Fields[k]))
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+func quoteIfNeeded(s string) string {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == '"' || r == '=' || r > '~' }) {
+		return strconv.Quote(s)
+	}
+	return s
+}

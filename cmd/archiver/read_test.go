@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func runArchiver(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), append([]string{"archiver"}, args...), strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// seed writes entries at fixed milliseconds 1_800_000_000_000 + i.
+func seed(t *testing.T, rdb *redis.Client, n int) []brand.ID {
+	t.Helper()
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []brand.ID
+	for i := range n {
+		id, _ := brand.New(brand.EVT, brand.StreamID{MS: 1_800_000_000_000 + uint64(i)})
+		if err := l.AppendID(context.Background(), id, stream.Fields{"n": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func decodeLines(t *testing.T, out string) []record {
+	t.Helper()
+	var recs []record
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func TestRead_Ranges(t *testing.T) {
+	srv := testserver.Redis(t)
+	ids := seed(t, srv.Client(t), 20)
+	base := []string{"read", "--redis", srv.URL(), "--queue", "cm", "--stream", "events"}
+	t0 := time.UnixMilli(1_800_000_000_005).UTC()
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		first, last int
+	}{
+		{"all", nil, 0, 19},
+		{"branded from/to", []string{"--from", ids[3].String(), "--to", ids[7].String()}, 3, 7},
+		{"stream id from", []string{"--from", ids[15].StreamID.String()}, 15, 19},
+		{"since unix ms", []string{"--since", "1800000000017"}, 17, 19},
+		{"window rfc3339", []string{"--window", t0.Format(time.RFC3339Nano) + "," + t0.Add(2*time.Millisecond).Format(time.RFC3339Nano)}, 5, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runArchiver(t, append(base, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			recs := decodeLines(t, out)
+			if len(recs) != tc.last-tc.first+1 {
+				t.Fatalf("%d records, want %d", len(recs), tc.last-tc.first+1)
+			}
+			for i, r := range recs {
+				want := ids[tc.first+i]
+				if r.ID != want.String() || r.StreamID != want.StreamID.String() || r.Source != "live" || r.Fields["n"] != fmt.Sprint(tc.first+i) {
+					t.Fatalf("record %d = %+v, want %s", i, r, want)
+				}
+			}
+		})
+	}
+}
+
+func TestRead_MalformedIsPrintedNotSkipped(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	seed(t, rdb, 2)
+	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "emq:{cm}:stream:events", ID: "1800000000009-0", Values: []string{"id", "bogus", "x", "y"}})
+	code, out, errOut := runArchiver(t, "read", "--redis", srv.URL(), "--queue", "cm", "--stream", "events")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	recs := decodeLines(t, out)
+	if len(recs) != 3 || recs[2].ID != "bogus" || recs[2].Error == "" || recs[2].StreamID != "1800000000009-0" {
+		t.Fatalf("records %+v; want the malformed one last with its error", recs)
+	}
+	if !strings.Contains(errOut, "malformed entry") {
+		t.Fatalf("stderr %q has no warning", errOut)
+	}
+}
+
+func TestRead_Text(t *testing.T) {
+	srv := testserver.Redis(t)
+	ids := seed(t, srv.Client(t), 1)
+	code, out, _ := runArchiver(t, "read", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--format", "text")
+	if want := ids[0].String() + " " + ids[0].StreamID.String() + " live n=0\n"; code != 0 || out != want {
+		t.Fatalf("exit %d, output %q, want %q", code, out, want)
+	}
+}
+
+func TestRead_UsageErrors(t *testing.T) {
+	base := []string{"read", "--queue", "cm", "--stream", "events"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--window", "1,2", "--since", "1"}, "--window"},
+		{[]string{"--since", "1", "--from", "-"}, "--since"},
+		{[]string{"--since", "yesterday"}, "--since"},
+		{[]string{"--window", "5,1"}, "--window"},
+		{[]string{"--window", "5"}, "--window"},
+		{[]string{"--from", "USR_00000000000000000000001"}, "--from"},
+		{[]string{"--to", "12"}, "--to"},
+		{[]string{"--format", "xml"}, "--format"},
+	} {
+		code, _, errOut := runArchiver(t, append(base, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func appendCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "append",
+		Usage:     "append one entry (field=value ...) or JSON lines from stdin; prints the branded ids",
+		ArgsUsage: "[field=value ...]",
+		Flags: append(clix.CommonFlags(),
+			&cli.IntFlag{Name: "batch", Value: 500, Usage: "entries per pipelined batch when reading stdin"},
+			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
+		),
+		Action: appendAction,
+	}
+}
+
+func appendAction(c *cli.Context) error {
+	target, err := clix.ParseTarget(c)
+	if err != nil {
+		return err
+	}
+	if c.Int("batch") < 1 {
+		return clix.Usagef("--batch", "must be at least 1, got %d", c.Int("batch"))
+	}
+	var fields stream.Fields
+	if c.NArg() > 0 {
+		if fields, err = parseFieldArgs(c.Args().Slice()); err != nil {
+			return err
+		}
+	}
+	if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
+		return err
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	log, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
+	if err != nil {
+		return err
+	}
+	log.BatchSize = c.Int("batch")
+	if fields != nil {
+		id, err := log.Append(c.Context, fields)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(c.App.Writer, id)
+		return err
+	}
+	return appendLines(c, log)
+}
+
+// parseFieldArgs reads field=value arguments.
+func parseFieldArgs(args []string) (stream.Fields, error) {
+	fields := make(stream.Fields, len(args))
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, clix.Usagef(fmt.Sprintf("argument %q", a), "want field=value")
+		}
+		if k == stream.IDField {
+			return nil, clix.Usagef(fmt.Sprintf("argument %q", a), "field %q holds the branded id and is set by silt", k)
+		}
+		fields[k] = v
+	}
+	return fields, nil
+}
+
+// appendLines appends JSON lines from stdin in batches. On a bad line, the
+// lines before it are appended and their ids printed; the error names the line.
+func appendLines(c *cli.Context, log *stream.Log) error {
+	out := bufio.NewWriter(c.App.Writer)
+	defer out.Flush()
+	in := bufio.NewScanner(c.App.Reader)
+	in.Buffer(make([]byte, 64<<10), c.Int("max-line-bytes"))
+	batch := make([]stream.Fields, 0, c.Int("batch"))
+	appended, lineNo := 0, 0
+	flush := func() error {
+		ids, err := log.AppendBatch(c.Context, batch)
+		for _, id := range ids {
+			fmt.Fprintln(out, id)
+		}
+		appended += len(ids)
+		batch = batch[:0]
+		if err != nil {
+			return err
+		}
+		return out.Flush()
+	}
+	for in.Scan() {
+		lineNo++
+		fields, err := parseLine(in.Bytes())
+		if err != nil {
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
+			return fmt.Errorf("stdin line %d: %v (appended %d entries before it)", lineNo, err, appended)
+		}
+		if fields == nil {
+			continue
+		}
+		if batch = append(batch, fields); len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return fmt.Errorf("after stdin line %d: %w (appended %d entries)", lineNo, err, appended)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("at end of stdin: %w (appended %d entries)", err, appended)
+	}
+	if err := in.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("stdin line %d: longer than --max-line-bytes %d (appended %d entries before it)",
+				lineNo+1, c.Int("max-line-bytes"), appended)
+		}
+		return fmt.Errorf("read stdin: %w (appended %d entries)", err, appended)
+	}
+	return nil
+}
+
+// parseLine decodes one JSON object of string fields; a blank line gives nil.
+func parseLine(line []byte) (stream.Fields, error) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if raw == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("text after the JSON object")
+	}
+	fields := make(stream.Fields, len(raw))
+	for k, v := range raw {
+		if k == stream.IDField {
+			return nil, fmt.Errorf("field %q holds the branded id and is set by silt", k)
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, fmt.Errorf("field %q: value %s is not a string", k, v)
+		}
+		fields[k] = s
+	}
+	return fields, nil
+}

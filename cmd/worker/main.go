@@ -1,0 +1,32 @@
+// Command worker is silt's worker face: it appends entries to a stream and
+// (in later changes) runs short-lived consumers over a consumer group.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: tests drive it with their own streams.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:     "worker",
+		Usage:    "append to a Redis stream and consume it, losing nothing",
+		Commands: []*cli.Command{appendCommand()},
+	}
+	return clix.Run(ctx, app, args, stdin, stdout, stderr)
+}

@@ -1,0 +1,193 @@
+package clix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// Exit codes of every silt binary.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// UsageError is a bad flag or argument; it makes the binary exit with ExitUsage.
+type UsageError struct {
+	Flag string // the flag or argument at fault, such as "--redis"
+	Msg  string
+}
+
+func (e *UsageError) Error() string { return e.Flag + ": " + e.Msg }
+
+// Usagef returns a *UsageError about flag.
+func Usagef(flag, format string, args ...any) error {
+	return &UsageError{Flag: flag, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Names of the common flags.
+const (
+	FlagRedis     = "redis"
+	FlagRedisWait = "redis-wait"
+	FlagPrefix    = "prefix"
+	FlagQueue     = "queue"
+	FlagStream    = "stream"
+	FlagKind      = "kind"
+	FlagLogFormat = "log-format"
+	FlagLogLevel  = "log-level"
+)
+
+// CommonFlags returns the flags both binaries take, each with its environment variable.
+func CommonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: FlagRedis, EnvVars: []string{"EMQ_REDIS_URL"}, Value: "redis://127.0.0.1:6379/0",
+			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS"},
+		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: []string{"EMQ_REDIS_WAIT"}, Value: 10 * time.Second,
+			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
+		&cli.StringFlag{Name: FlagPrefix, EnvVars: []string{"EMQ_PREFIX"}, Value: stream.DefaultPrefix, Usage: "key prefix"},
+		&cli.StringFlag{Name: FlagQueue, EnvVars: []string{"EMQ_QUEUE"}, Usage: "queue name (the hash tag of every key)"},
+		&cli.StringFlag{Name: FlagStream, EnvVars: []string{"EMQ_STREAM"}, Usage: "stream name"},
+		&cli.StringFlag{Name: FlagKind, EnvVars: []string{"EMQ_KIND"}, Value: string(brand.EVT), Usage: "kind of branded id the stream holds"},
+		&cli.StringFlag{Name: FlagLogFormat, EnvVars: []string{"EMQ_LOG_FORMAT"}, Value: "text", Usage: "log format: text or json"},
+		&cli.StringFlag{Name: FlagLogLevel, EnvVars: []string{"EMQ_LOG_LEVEL"}, Value: "info", Usage: "log level: debug, info, warn, error"},
+	}
+}
+
+// Target is the validated stream a command works on.
+type Target struct {
+	Keyspace stream.Keyspace
+	Stream   string
+	Kind     brand.Kind
+}
+
+// ParseTarget validates --prefix, --queue, --stream and --kind.
+func ParseTarget(c *cli.Context) (Target, error) {
+	if c.String(FlagQueue) == "" {
+		return Target{}, Usagef("--queue", "required (or EMQ_QUEUE)")
+	}
+	if c.String(FlagStream) == "" {
+		return Target{}, Usagef("--stream", "required (or EMQ_STREAM)")
+	}
+	if err := stream.ValidateName("prefix", c.String(FlagPrefix)); err != nil {
+		return Target{}, Usagef("--prefix", "%v", err)
+	}
+	ks, err := stream.NewKeyspace(c.String(FlagPrefix), c.String(FlagQueue))
+	if err != nil {
+		return Target{}, Usagef("--queue", "%v", err)
+	}
+	if err := stream.ValidateName("stream", c.String(FlagStream)); err != nil {
+		return Target{}, Usagef("--stream", "%v", err)
+	}
+	kind, err := brand.ParseKind(c.String(FlagKind))
+	if err != nil {
+		if kind, err = brand.RegisterKind(c.String(FlagKind)); err != nil {
+			return Target{}, Usagef("--kind", "%v", err)
+		}
+	}
+	return Target{Keyspace: ks, Stream: c.String(FlagStream), Kind: kind}, nil
+}
+
+// Redact returns a Redis or S3 URL with its password replaced, safe to print.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// OpenRedis connects to --redis and checks the server answers, retrying with
+// backoff for up to --redis-wait. Errors name the URL without its password.
+func OpenRedis(ctx context.Context, c *cli.Context) (*redis.Client, error) {
+	wait := c.Duration(FlagRedisWait)
+	raw := c.String(FlagRedis)
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, Usagef("--redis", "%s: %v", Redact(raw), scrub(err, raw))
+	}
+	opts.DialTimeout = 3 * time.Second
+	opts.ReadTimeout = 5 * time.Second
+	opts.WriteTimeout = 5 * time.Second
+	opts.MaxRetries = 3
+	rdb := redis.NewClient(opts)
+	if err := ping(ctx, rdb, wait); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis at %s: %w", Redact(raw), scrub(err, raw))
+	}
+	return rdb, nil
+}
+
+func ping(ctx context.Context, rdb *redis.Client, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	for {
+		err := rdb.Ping(ctx).Err()
+		if err == nil || time.Now().Add(backoff).After(deadline) || isAuth(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func isAuth(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "NOPERM")
+}
+
+// scrub removes the password of raw from err's text, in case a library echoed it.
+func scrub(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+// redisLogger sends go-redis's internal messages (such as failed dials, which
+// it prints on every retry) to our logger at debug level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// NewLogger builds the stderr logger from --log-format and --log-level.
+func NewLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String(FlagLogLevel))); err != nil {
+		return nil, Usagef("--log-level", "%q is not one of debug, info, warn, error", c.String(FlagLogLevel))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var logger *slog.Logger
+	switch c.String(FlagLogFormat) {
+	case "text":
+		logger = slog.New(slog.NewTextHandler(w, opts))
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return nil, Usagef("--log-format", "%q is not text or json", c.String(FlagLogFormat))
+	}
+	redis.SetLogger(redisLogger{logger})
+	return logger, nil
+}
