@@ -37,6 +37,7 @@ func (s *RedisServer) Client(tb testing.TB) *redis.Client {
 
 // Redis starts a fresh redis-server for tb and stops it when tb ends. Extra
 // arguments are passed to redis-server (for example "--appendonly", "yes").
+// Each test gets its own server, so tests never see each other's keys.
 func Redis(tb testing.TB, extra ...string) *RedisServer {
 	tb.Helper()
 	bin := redisBinary(tb)

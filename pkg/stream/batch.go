@@ -2,51 +2,28 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/pkg/brand"
 )
 
-// appendScript adds a chunk of entries atomically. Only the first XADD can be
-// refused (the ids rise within the chunk and nothing interleaves inside a
-// script), and it is tried with pcall before anything is written, so a chunk is
-// either wholly in the stream or not at all.
-//
-// ARGV: n, then per entry: stream id, field count m, m field/value strings.
-var appendScript = redis.NewScript(`
-local key = KEYS[1]
-local i = 2
-local n = tonumber(ARGV[1])
-for e = 1, n do
-  local sid = ARGV[i]
-  local m = tonumber(ARGV[i + 1])
-  local args = {}
-  for j = 1, m do args[j] = ARGV[i + 1 + j] end
-  i = i + 2 + m
-  if e == 1 then
-    local r = redis.pcall('XADD', key, sid, unpack(args))
-    if type(r) == 'table' and r.err then return r end
-  else
-    redis.call('XADD', key, sid, unpack(args))
-  end
-end
-return n
-`)
-
-// Limits of one script call: Lua unpacks at most about 8000 values, and a
-// script blocks Redis while it runs, so chunks stay small.
-const (
-	maxScriptFields = 3000    // larger entries go alone through plain XADD
-	maxChunkBytes   = 4 << 20 // payload bytes per script call
-)
+// maxChunkBytes bounds the payload bytes of one MULTI, so that a batch of huge
+// entries does not build one huge transaction.
+const maxChunkBytes = 4 << 20
 
 // AppendBatch appends entries in order and returns their ids. Entries go in
-// chunks of at most BatchSize, each written atomically in one round trip. On
-// error, the returned ids are those of the entries already in the stream (a
-// prefix of batch); none of the rest was written.
+// chunks of at most BatchSize, each written atomically in one MULTI/EXEC: a
+// chunk is wholly in the stream or not at all. On error, the returned ids are
+// those of the entries already written (a prefix of batch).
+//
+// Each chunk runs under WATCH: the stream's last generated id is read, the
+// minter is advanced past it when another writer got ahead, and the chunk's
+// ids are minted; if anyone writes the stream before EXEC, EXEC is refused
+// and the chunk is retried, at most MaxRetries times.
 func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, error) {
 	for _, f := range batch {
 		if err := checkFields(f); err != nil {
@@ -56,17 +33,11 @@ func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, erro
 	ids := make([]brand.ID, 0, len(batch))
 	for len(batch) > 0 {
 		n := l.chunkLen(batch)
-		var err error
-		if n == 1 && len(batch[0]) > maxScriptFields {
-			var id brand.ID
-			id, err = l.Append(ctx, batch[0])
-			ids = append(ids, id)
-		} else {
-			ids, err = l.appendChunk(ctx, batch[:n], ids)
-		}
+		chunk, err := l.appendChunk(ctx, batch[:n])
 		if err != nil {
-			return ids[:len(ids)-n], err
+			return ids, err
 		}
+		ids = append(ids, chunk...)
 		batch = batch[n:]
 	}
 	return ids, nil
@@ -74,12 +45,9 @@ func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, erro
 
 // chunkLen returns how many leading entries of batch go in the next chunk.
 func (l *Log) chunkLen(batch []Fields) int {
-	if len(batch[0]) > maxScriptFields {
-		return 1
-	}
 	size := 0
 	for i, f := range batch {
-		if i == l.BatchSize || len(f) > maxScriptFields {
+		if i == l.BatchSize {
 			return i
 		}
 		for k, v := range f {
@@ -92,34 +60,48 @@ func (l *Log) chunkLen(batch []Fields) int {
 	return len(batch)
 }
 
-// appendChunk writes one chunk, re-minting past the stream top when another
-// writer is ahead. It appends the chunk's ids to ids, also on error, so the
-// caller can cut them off.
-func (l *Log) appendChunk(ctx context.Context, chunk []Fields, ids []brand.ID) ([]brand.ID, error) {
-	base := len(ids)
-	for range l.MaxRetries + 1 {
-		ids = ids[:base]
-		args := make([]any, 0, 1+len(chunk)*8)
-		args = append(args, len(chunk))
-		for _, f := range chunk {
-			id := l.minter.Mint()
-			ids = append(ids, id)
-			kv := values(id, f)
-			args = append(args, id.StreamID.String(), strconv.Itoa(len(kv)))
-			for _, s := range kv {
-				args = append(args, s)
-			}
+// appendChunk writes one chunk atomically and returns its ids.
+func (l *Log) appendChunk(ctx context.Context, chunk []Fields) ([]brand.ID, error) {
+	ids := make([]brand.ID, len(chunk))
+	write := func(tx *redis.Tx) error {
+		if err := l.catchUpWith(ctx, tx); err != nil {
+			return err
 		}
-		err := appendScript.Run(ctx, l.rdb, []string{l.key}, args...).Err()
+		_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, f := range chunk {
+				ids[i] = l.minter.Mint()
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: ids[i].StreamID.String(), Values: values(ids[i], f)})
+			}
+			return nil
+		})
+		return err
+	}
+	for range l.MaxRetries + 1 {
+		err := l.rdb.Watch(ctx, write, l.key)
 		if err == nil {
 			return ids, nil
 		}
-		if !isBehind(err) {
-			return ids, fmt.Errorf("append %d entries to %s: %w", len(chunk), l.key, err)
-		}
-		if err := l.catchUp(ctx); err != nil {
-			return ids, err
+		if !errors.Is(err, redis.TxFailedErr) && !isBehind(err) {
+			return nil, fmt.Errorf("append %d entries to %s: %w", len(chunk), l.key, err)
 		}
 	}
-	return ids, fmt.Errorf("append %d entries to %s: %w after %d retries", len(chunk), l.key, ErrBehind, l.MaxRetries)
+	return nil, fmt.Errorf("append %d entries to %s: %w after %d retries", len(chunk), l.key, ErrBehind, l.MaxRetries)
+}
+
+// catchUpWith advances the minter past the stream's last generated id, which
+// counts deleted and trimmed entries too. A missing stream has no top.
+func (l *Log) catchUpWith(ctx context.Context, rdb redis.Cmdable) error {
+	info, err := rdb.XInfoStream(ctx, l.key).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return nil
+		}
+		return fmt.Errorf("xinfo stream %s: %w", l.key, err)
+	}
+	top, err := brand.ParseStreamID(info.LastGeneratedID)
+	if err != nil {
+		return fmt.Errorf("xinfo stream %s: last-generated-id: %w", l.key, err)
+	}
+	l.minter.AdvancePast(top)
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +28,7 @@ var (
 // *redis.ClusterClient and *redis.Ring satisfy it.
 type Client interface {
 	redis.Cmdable
+	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
 }
 
 var (
@@ -121,33 +121,14 @@ func checkFields(fields Fields) error {
 	return nil
 }
 
-// values lays out an entry as id first, then the payload in field order, so
-// that entries read the same in redis-cli every time.
+// values lays out an entry as the id field first, then the payload.
 func values(id brand.ID, fields Fields) []string {
 	out := make([]string, 0, 2+2*len(fields))
 	out = append(out, IDField, id.String())
-	start := len(out)
 	for k, v := range fields {
 		out = append(out, k, v)
 	}
-	sortPairs(out[start:])
 	return out
-}
-
-// sortPairs sorts a flat [k1 v1 k2 v2 ...] slice by key.
-func sortPairs(kv []string) {
-	type pair struct{ k, v string }
-	if len(kv) <= 2 {
-		return
-	}
-	pairs := make([]pair, len(kv)/2)
-	for i := range pairs {
-		pairs[i] = pair{kv[2*i], kv[2*i+1]}
-	}
-	slices.SortFunc(pairs, func(a, b pair) int { return strings.Compare(a.k, b.k) })
-	for i, p := range pairs {
-		kv[2*i], kv[2*i+1] = p.k, p.v
-	}
 }
 
 // isBehind reports whether XADD refused an id at or below the stream top.
@@ -155,17 +136,5 @@ func isBehind(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "equal or smaller than the target stream top")
 }
 
-// catchUp advances the minter past the stream's last generated id, which
-// counts deleted and trimmed entries too.
-func (l *Log) catchUp(ctx context.Context) error {
-	info, err := l.rdb.XInfoStream(ctx, l.key).Result()
-	if err != nil {
-		return fmt.Errorf("xinfo stream %s: %w", l.key, err)
-	}
-	top, err := brand.ParseStreamID(info.LastGeneratedID)
-	if err != nil {
-		return fmt.Errorf("xinfo stream %s: last-generated-id: %w", l.key, err)
-	}
-	l.minter.AdvancePast(top)
-	return nil
-}
+// catchUp advances the minter past the stream top after XADD refused an id.
+func (l *Log) catchUp(ctx context.Context) error { return l.catchUpWith(ctx, l.rdb) }

@@ -282,3 +282,51 @@ func TestLog_RedisDown(t *testing.T) {
 		t.Fatalf("Read with redis down yielded %d times, want one error", yields)
 	}
 }
+
+// TestLog_ConcurrentWritersKeepChunksWhole runs writers with their own minters
+// (as separate processes would have) on one stream: every entry lands once,
+// and each chunk's entries are contiguous and in input order.
+func TestLog_ConcurrentWritersKeepChunksWhole(t *testing.T) {
+	_, rdb := newLog(t)
+	ks, _ := stream.NewKeyspace("", "cm")
+	ctx := context.Background()
+	const writers, chunks, size = 4, 25, 20
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+			l.BatchSize = size
+			l.MaxRetries = 1000
+			for c := range chunks {
+				batch := make([]stream.Fields, size)
+				for i := range batch {
+					batch[i] = stream.Fields{"w": fmt.Sprint(w), "c": fmt.Sprint(c), "i": fmt.Sprint(i)}
+				}
+				if _, err := l.AppendBatch(ctx, batch); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	got := collect(t, l.Read(ctx, stream.First, stream.Last))
+	if len(got) != writers*chunks*size {
+		t.Fatalf("%d entries, want %d", len(got), writers*chunks*size)
+	}
+	for i := 0; i < len(got); i += size {
+		head := got[i].Fields
+		for j := range size {
+			f := got[i+j].Fields
+			if f["w"] != head["w"] || f["c"] != head["c"] || f["i"] != fmt.Sprint(j) {
+				t.Fatalf("entry %d = %v: chunk of %v interleaved or reordered", i+j, f, head)
+			}
+		}
+	}
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Install, start and stop the real servers silt's tests use, on loopback only,
+# on free ports, with their data in a temp dir.
+#
+#   scripts/servers.sh install [redis|minio|versitygw|all]...  idempotent
+#   scripts/servers.sh start   [redis|minio|versitygw|all]...  prints export lines
+#   scripts/servers.sh env                                      the export lines again
+#   scripts/servers.sh stop                                     stops what start started
+#
+# Use it as:  eval "$(scripts/servers.sh start all)"
+# Tests read SILT_REDIS_URL, SILT_MINIO_*, SILT_VERSITYGW_* from the environment.
+set -euo pipefail
+
+MINIO_MOD=github.com/minio/minio
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+VERSITYGW_MOD=github.com/versity/versitygw
+VERSITYGW_PKG=github.com/versity/versitygw/cmd/versitygw
+VERSITYGW_VERSION=v1.8.0
+
+STATE=${SILT_SERVERS_DIR:-${TMPDIR:-/tmp}/silt-servers}
+GOBIN_DIR=$(go env GOBIN)
+[ -n "$GOBIN_DIR" ] || GOBIN_DIR="$(go env GOPATH)/bin"
+
+log() { echo "servers.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+expand() {
+	local out=()
+	for s in "$@"; do
+		case $s in
+		all) out+=(redis minio versitygw) ;;
+		redis | minio | versitygw) out+=("$s") ;;
+		*) die "unknown server '$s' (want redis, minio, versitygw or all)" ;;
+		esac
+	done
+	[ ${#out[@]} -gt 0 ] || out=(redis)
+	echo "${out[@]}"
+}
+
+# go_installed MOD VERSION BIN: is BIN built from MOD at VERSION already?
+go_installed() {
+	local bin=$GOBIN_DIR/$3
+	[ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+$1[[:space:]]+$2([[:space:]]|$)"
+}
+
+install_redis() {
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return
+	log "installing redis-server with apt-get"
+	command -v apt-get >/dev/null || die "redis-server is missing and apt-get is not available: install redis-server 7 yourself"
+	local sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >&2
+	# Debian's package may start a system service on 6379; we do not use it.
+}
+
+install_minio() {
+	go_installed $MINIO_MOD $MINIO_VERSION minio && return
+	log "building MinIO $MINIO_VERSION (a few minutes; AGPL, run as a test server only)"
+	GOFLAGS=-mod=mod go install "$MINIO_MOD@$MINIO_VERSION" >&2
+}
+
+install_versitygw() {
+	go_installed $VERSITYGW_MOD $VERSITYGW_VERSION versitygw && return
+	log "building versitygw $VERSITYGW_VERSION"
+	GOFLAGS=-mod=mod go install "$VERSITYGW_PKG@$VERSITYGW_VERSION" >&2
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 40000))
+		port_free "$p" && { echo "$p"; return; }
+	done
+	die "no free port found"
+}
+
+wait_port() { # wait_port PORT NAME PIDFILE
+	for _ in $(seq 300); do
+		port_free "$1" || return 0
+		kill -0 "$(cat "$3")" 2>/dev/null || die "$2 exited at start; see $STATE/$2/log"
+		sleep 0.1
+	done
+	die "$2 did not listen on 127.0.0.1:$1 within 30s; see $STATE/$2/log"
+}
+
+random_key() { head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c "$1"; }
+
+start_redis() {
+	local dir=$STATE/redis port
+	port=$(free_port)
+	mkdir -p "$dir/data"
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/data" \
+		--logfile "$dir/log" --daemonize no >/dev/null 2>&1 &
+	echo $! >"$dir/pid"
+	wait_port "$port" redis "$dir/pid"
+	echo "export SILT_REDIS_URL=redis://127.0.0.1:$port/0" >"$dir/env"
+}
+
+start_s3() { # start_s3 NAME ENVPREFIX COMMAND...
+	local name=$1 prefix=$2 dir=$STATE/$1 port access secret
+	shift 2
+	port=$(free_port)
+	access=silt$(random_key 12)
+	secret=$(random_key 32)
+	mkdir -p "$dir/data"
+	case $name in
+	minio)
+		MINIO_ROOT_USER=$access MINIO_ROOT_PASSWORD=$secret MINIO_BROWSER=off \
+			"$GOBIN_DIR/minio" server --quiet --address "127.0.0.1:$port" \
+			--console-address "127.0.0.1:$(free_port)" "$dir/data" >"$dir/log" 2>&1 &
+		;;
+	versitygw)
+		ROOT_ACCESS_KEY=$access ROOT_SECRET_KEY=$secret \
+			"$GOBIN_DIR/versitygw" --port "127.0.0.1:$port" posix "$dir/data" >"$dir/log" 2>&1 &
+		;;
+	esac
+	echo $! >"$dir/pid"
+	wait_port "$port" "$name" "$dir/pid"
+	{
+		echo "export ${prefix}_ENDPOINT=http://127.0.0.1:$port"
+		echo "export ${prefix}_ACCESS_KEY=$access"
+		echo "export ${prefix}_SECRET_KEY=$secret"
+	} >"$dir/env"
+}
+
+start_one() {
+	local pidfile=$STATE/$1/pid
+	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		return # already running
+	fi
+	case $1 in
+	redis) start_redis ;;
+	minio) start_s3 minio SILT_MINIO ;;
+	versitygw) start_s3 versitygw SILT_VERSITYGW ;;
+	esac
+	log "$1 started (pid $(cat "$pidfile"))"
+}
+
+print_env() { cat "$STATE"/*/env 2>/dev/null || true; }
+
+stop_all() {
+	for pidfile in "$STATE"/*/pid; do
+		[ -f "$pidfile" ] || continue
+		local pid
+		pid=$(cat "$pidfile")
+		if kill "$pid" 2>/dev/null; then
+			for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+	done
+	rm -rf "$STATE"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+install)
+	for s in $(expand "$@"); do "install_$s"; done
+	;;
+start)
+	mkdir -p "$STATE"
+	for s in $(expand "$@"); do
+		"install_$s"
+		start_one "$s"
+	done
+	print_env
+	;;
+env) print_env ;;
+stop) stop_all ;;
+*)
+	sed -n '2,11p' "$0" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): vet and format checks, unit tests with
+# -race, a short fuzz pass, then the end-to-end tests against real servers this
+# script installs (when missing) and starts on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "install servers (cached when present)"
+scripts/servers.sh install all
+
+step "go vet"
+go vet ./...
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "start servers"
+SILT_SERVERS_DIR=$(mktemp -d)
+export SILT_SERVERS_DIR
+trap 'scripts/servers.sh stop' EXIT
+eval "$(scripts/servers.sh start all)"
+
+step "unit tests (-race)"
+go test -race -count=1 $(go list ./... | grep -v /e2e)
+
+step "fuzz targets (short)"
+for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg | sed 's/^func //' | sort -u); do
+	pkg=$(dirname "$(grep -rlE "^func $target\(" --include='*_test.go' pkg | head -1)")
+	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5s}" "./$pkg"
+done
+
+step "end-to-end tests (-race)"
+go test -race -count=1 ./e2e/...
