@@ -33,7 +33,7 @@ func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, erro
 	ids := make([]brand.ID, 0, len(batch))
 	for len(batch) > 0 {
 		n := l.chunkLen(batch)
-		chunk, err := l.appendChunk(ctx, batch[:n])
+		chunk, err := l.appendChunk(ctx, batch[:n], nil)
 		if err != nil {
 			return ids, err
 		}
@@ -60,8 +60,9 @@ func (l *Log) chunkLen(batch []Fields) int {
 	return len(batch)
 }
 
-// appendChunk writes one chunk atomically and returns its ids.
-func (l *Log) appendChunk(ctx context.Context, chunk []Fields) ([]brand.ID, error) {
+// appendChunk writes one chunk atomically and returns its ids. extra, when
+// set, queues more commands inside the same MULTI (keys of the same queue).
+func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.Pipeliner)) ([]brand.ID, error) {
 	ids := make([]brand.ID, len(chunk))
 	write := func(tx *redis.Tx) error {
 		if err := l.catchUpWith(ctx, tx); err != nil {
@@ -71,6 +72,9 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields) ([]brand.ID, erro
 			for i, f := range chunk {
 				ids[i] = l.minter.Mint()
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: ids[i].StreamID.String(), Values: values(ids[i], f)})
+			}
+			if extra != nil {
+				extra(pipe)
 			}
 			return nil
 		})

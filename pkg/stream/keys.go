@@ -18,8 +18,9 @@ const maxNameLen = 128
 // Keyspace names every key silt writes for one queue. All of them share the
 // hash tag {<queue>}, so one queue lives in one Redis Cluster slot:
 //
-//	<prefix>:{<queue>}:stream:<stream>          the stream itself
-//	<prefix>:{<queue>}:dead:<stream>:<group>     a group's dead letters (a stream)
+//	<prefix>:{<queue>}:stream:<stream>              the stream itself
+//	<prefix>:{<queue>}:dead:<stream>:<group>         a group's dead letters (a stream of the same kind)
+//	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
 type Keyspace struct {
 	Prefix string
 	Queue  string
@@ -68,6 +69,15 @@ func (k Keyspace) base() string { return k.Prefix + ":{" + k.Queue + "}:" }
 
 // Stream returns the key of a stream. The name must have passed ValidateName.
 func (k Keyspace) Stream(name string) string { return k.base() + "stream:" + name }
+
+// Done returns the dedupe marker key of an entry handled by a group.
+func (k Keyspace) Done(stream, group, id string) string {
+	return k.base() + "done:" + stream + ":" + group + ":" + id
+}
+
+// DeadLetterName returns the stream name of a group's dead letters, for
+// opening them as a Log; its key is DeadLetter(stream, group).
+func DeadLetterName(stream, group string) string { return stream + ":" + group }
 
 // DeadLetter returns the key of a group's dead-letter stream.
 func (k Keyspace) DeadLetter(stream, group string) string {

@@ -49,6 +49,8 @@ type Log struct {
 	MaxRetries int
 
 	rdb    Client
+	ks     Keyspace
+	name   string
 	key    string
 	minter *brand.Minter
 }
@@ -62,7 +64,29 @@ func NewLog(rdb Client, ks Keyspace, name string, kind brand.Kind) (*Log, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Log{PageSize: 1000, BatchSize: 500, MaxRetries: 8, rdb: rdb, key: ks.Stream(name), minter: m}, nil
+	return newLog(rdb, ks, name, ks.Stream(name), m), nil
+}
+
+func newLog(rdb Client, ks Keyspace, name, key string, m *brand.Minter) *Log {
+	return &Log{PageSize: 1000, BatchSize: 500, MaxRetries: 8, rdb: rdb, ks: ks, name: name, key: key, minter: m}
+}
+
+// Name returns the stream's name.
+func (l *Log) Name() string { return l.name }
+
+// Keyspace returns the keyspace the stream lives in.
+func (l *Log) Keyspace() Keyspace { return l.ks }
+
+// DeadLetters returns the log of group's dead-letter stream, of the same kind.
+func (l *Log) DeadLetters(group string) (*Log, error) {
+	if err := ValidateName("group", group); err != nil {
+		return nil, err
+	}
+	m, err := brand.NewMinter(l.Kind())
+	if err != nil {
+		return nil, err
+	}
+	return newLog(l.rdb, l.ks, DeadLetterName(l.name, group), l.ks.DeadLetter(l.name, group), m), nil
 }
 
 // Key returns the stream's Redis key.

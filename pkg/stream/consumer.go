@@ -1,0 +1,158 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Consumer runs one short-lived worker over a consumer group: it drains its
+// own pending entries, reclaims entries idle peers left behind, reads new
+// entries, and returns when the work is done or its budget is spent. Set the
+// exported fields before Run; zero values take the defaults shown.
+type Consumer struct {
+	Count       int64         // entries per read; 100
+	Block       time.Duration // how long a read of new entries waits; 2s
+	MinIdle     time.Duration // idle time (judged by the server) after which a peer's entry is reclaimed; 30s
+	ClaimEvery  time.Duration // period of the reclaim beat during long runs; MinIdle
+	MaxAttempts int64         // deliveries before an entry is dead-lettered; 5
+	MaxEntries  int64         // stop after handling this many deliveries; 0 means no limit
+	MaxDuration time.Duration // stop after this long; 0 means no limit
+	Concurrency int           // handlers of one batch run in parallel; 1
+	DedupeTTL   time.Duration // when set, entries already handled by the group are acked unhandled
+	Grace       time.Duration // how long in-flight handlers may finish after cancellation; 10s
+	ForgetAfter time.Duration // remove consumers with nothing pending idle this long; 24h; negative: never
+	WriteTimeout time.Duration // bound on acks and dead letters written after cancellation; 10s
+	Payloads    PayloadSource // recovers entries trimmed while pending; nil: dead-letter them
+	Logger      *slog.Logger  // where the run reports what it skips or removes; discard by default
+
+	log   *Log
+	dead  *Log
+	group string
+	name  string
+}
+
+// NewConsumer returns consumer name of group on the log's stream.
+func NewConsumer(l *Log, group, name string) (*Consumer, error) {
+	if err := ValidateName("group", group); err != nil {
+		return nil, err
+	}
+	if err := ValidateName("consumer", name); err != nil {
+		return nil, err
+	}
+	dead, err := l.DeadLetters(group)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{log: l, dead: dead, group: group, name: name}
+	c.defaults()
+	return c, nil
+}
+
+// Group returns the consumer group's name.
+func (c *Consumer) Group() string { return c.group }
+
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.name }
+
+// DeadLetters returns the group's dead-letter log.
+func (c *Consumer) DeadLetters() *Log { return c.dead }
+
+// defaults fills zero fields with their defaults.
+func (c *Consumer) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Block, 2*time.Second)
+	def(&c.MinIdle, 30*time.Second)
+	if c.ClaimEvery <= 0 || c.ClaimEvery > c.MinIdle {
+		c.ClaimEvery = c.MinIdle
+	}
+	def(&c.Grace, 10*time.Second)
+	def(&c.ForgetAfter, 24*time.Hour)
+	def(&c.WriteTimeout, 10*time.Second)
+	if c.Count <= 0 {
+		c.Count = 100
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Run works until the group has nothing left for this consumer, the budget
+// is spent, or ctx is cancelled, and returns what it did. After cancellation
+// in-flight handlers get Grace to finish; unfinished entries stay pending.
+// An error means Redis failed; the summary still counts what was done.
+func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
+	c.defaults()
+	r := newRun(c, h)
+	err := r.loop(ctx)
+	r.finish()
+	if err != nil {
+		r.sum.ExitReason = ExitError
+	}
+	return r.sum, err
+}
+
+// EnsureGroup creates the group at the start of the stream (and the stream
+// if missing). An existing group is fine.
+func (c *Consumer) EnsureGroup(ctx context.Context) error {
+	err := c.log.rdb.XGroupCreateMkStream(ctx, c.log.key, c.group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("xgroup create %s %s: %w", c.log.key, c.group, err)
+	}
+	return nil
+}
+
+// forgetScript removes a consumer only if it has nothing pending, checked in
+// the same atomic step: XGROUP DELCONSUMER would make pending entries unclaimable.
+var forgetScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then return -1 end
+return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+`)
+
+// ForgetStale removes consumers of the group, other than this one, that have
+// nothing pending and have been idle longer than ForgetAfter. It returns how
+// many it removed.
+func (c *Consumer) ForgetStale(ctx context.Context) (int64, error) {
+	if c.ForgetAfter < 0 {
+		return 0, nil
+	}
+	consumers, err := c.log.rdb.XInfoConsumers(ctx, c.log.key, c.group).Result()
+	if err != nil {
+		return 0, fmt.Errorf("xinfo consumers %s %s: %w", c.log.key, c.group, err)
+	}
+	var removed int64
+	for _, k := range consumers {
+		if k.Name == c.name || k.Pending > 0 || k.Idle < c.ForgetAfter {
+			continue
+		}
+		n, err := forgetScript.Run(ctx, c.log.rdb, []string{c.log.key}, c.group, k.Name).Int64()
+		if err != nil {
+			return removed, fmt.Errorf("forget consumer %s of %s %s: %w", k.Name, c.log.key, c.group, err)
+		}
+		if n >= 0 {
+			removed++
+			c.Logger.Info("removed stale consumer", "group", c.group, "consumer", k.Name, "idle", k.Idle.String())
+		}
+	}
+	return removed, nil
+}
+
+// isNil reports whether err is go-redis's "no reply" (an empty read).
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }

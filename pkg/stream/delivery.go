@@ -1,0 +1,98 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// Delivery is one entry handed to a Handler.
+type Delivery struct {
+	ID        brand.ID       // the branded id; handlers dedupe by it
+	StreamID  brand.StreamID // the entry's id in the stream
+	Fields    Fields         // the payload, without "id"
+	Attempts  int64          // deliveries so far, this one included, as counted by the server
+	Group     string
+	Consumer  string
+	Recovered bool // the payload was trimmed from the stream and came from a PayloadSource
+}
+
+// Handler handles one delivery. nil acks the entry; an error or a panic
+// leaves it pending for a later attempt; an error wrapped with Permanent
+// dead-letters it at once.
+type Handler func(ctx context.Context, d Delivery) error
+
+// permanentError marks an error that no retry can fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as permanent: the entry goes to the dead-letter stream
+// now instead of being retried.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// ErrPayloadNotFound is returned by a PayloadSource that does not hold an entry.
+var ErrPayloadNotFound = errors.New("payload not found")
+
+// PayloadSource recovers the payload of an entry that was trimmed from the
+// stream while it was pending (the archive implements it). Payload returns
+// the entry's branded id and fields, or an error wrapping ErrPayloadNotFound
+// when the source does not hold it; any other error is a failure of the source.
+type PayloadSource interface {
+	Payload(ctx context.Context, stream brand.StreamID) (brand.ID, Fields, error)
+}
+
+// PanicError is the error a Handler's panic turns into.
+type PanicError struct {
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
+// Exit reasons of a consumer run.
+const (
+	ExitIdle       = "idle"        // PEL drained, nothing claimable, nothing new within the block time
+	ExitMaxEntries = "max-entries" // the entry budget is spent
+	ExitMaxTime    = "max-duration"
+	ExitSignal     = "cancelled" // the context was cancelled (SIGTERM, SIGINT)
+	ExitError      = "error"
+)
+
+// Summary counts what one run did. Every delivery ends in exactly one of
+// Acked, Failed (left pending), DeadLettered or Abandoned.
+type Summary struct {
+	Drained           int64         `json:"drained"`            // deliveries from our own PEL
+	Claimed           int64         `json:"claimed"`            // deliveries reclaimed from idle peers
+	New               int64         `json:"new"`                // deliveries of never-delivered entries
+	Acked             int64         `json:"acked"`              // handled successfully (or duplicates) and acked
+	Failed            int64         `json:"failed"`             // handler errors left pending
+	Panics            int64         `json:"panics"`             // handler panics (also counted in Failed or DeadLettered)
+	DeadLettered      int64         `json:"dead_lettered"`      // moved to the dead-letter stream
+	Abandoned         int64         `json:"abandoned"`          // not finished at shutdown, left pending
+	Malformed         int64         `json:"malformed"`          // dead-lettered because the id was bad
+	PayloadRecovered  int64         `json:"payload_recovered"`  // trimmed while pending, recovered from the source
+	PayloadLost       int64         `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
+	DuplicatesSkipped int64         `json:"duplicates_skipped"` // already handled by this group (dedupe), acked
+	StaleConsumers    int64         `json:"stale_consumers_removed"`
+	ExitReason        string        `json:"exit_reason"`
+	Elapsed           time.Duration `json:"-"`
+	ElapsedSeconds    float64       `json:"elapsed_seconds"`
+}
+
+// Handled returns how many deliveries the run finished one way or another.
+func (s *Summary) Handled() int64 { return s.Acked + s.Failed + s.DeadLettered }

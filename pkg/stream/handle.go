@@ -1,0 +1,330 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// fate is what becomes of one delivery.
+type fate int
+
+const (
+	fateRun       fate = iota // to be handed to the handler
+	fateAck                   // handled (or a duplicate): ack
+	fatePending               // failed: leave pending for a later attempt
+	fateDead                  // dead-letter and ack
+	fateAbandoned             // not finished at shutdown: leave pending
+)
+
+// job is one delivery of a batch and what became of it.
+type job struct {
+	d      Delivery
+	rawID  string // the entry's "id" field as stored, for dead letters
+	fate   fate
+	err    error
+	reason string // why it is dead-lettered
+}
+
+// handle takes one batch through prepare, dedupe, handlers and settle.
+// Writes use a context that outlives cancellation (bounded by WriteTimeout),
+// so work that finished is acked even during shutdown.
+func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+	defer cancel()
+	jobs, err := r.jobs(wctx, msgs, deleted, src)
+	if err != nil {
+		return err
+	}
+	r.prepare(wctx, jobs)
+	if err := r.dedupe(wctx, jobs); err != nil {
+		return err
+	}
+	r.execute(ctx, jobs)
+	return r.settle(wctx, jobs)
+}
+
+// jobs builds the batch's deliveries with their server-side delivery counts.
+// Entries no longer pending for us (a peer reclaimed or acked them since) are dropped.
+func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) ([]*job, error) {
+	counts := map[string]int64{}
+	if src != fromNew {
+		var err error
+		if counts, err = r.attempts(ctx, msgs); err != nil {
+			return nil, err
+		}
+	}
+	jobs := make([]*job, 0, len(msgs)+len(deleted))
+	for i, m := range append(msgs, deletedMessages(deleted)...) {
+		sid, err := parseSID(r.c.log.key, m.ID)
+		if err != nil {
+			return nil, err
+		}
+		n, ok := counts[m.ID]
+		switch {
+		case src == fromNew:
+			n = 1
+		case i >= len(msgs): // deleted: the server dropped its PEL entry and its count
+			n = 0
+		case !ok: // no longer pending for us
+			continue
+		}
+		j := &job{d: Delivery{StreamID: sid, Attempts: n, Group: r.c.group, Consumer: r.c.name}}
+		if m.Values == nil {
+			j.fate = fatePending // marked for recovery in prepare
+		} else {
+			j.d.ID, j.d.Fields, j.rawID, j.err = r.decode(m)
+		}
+		jobs = append(jobs, j)
+	}
+	switch src {
+	case fromPEL:
+		r.sum.Drained += int64(len(jobs))
+	case fromClaim:
+		r.sum.Claimed += int64(len(jobs))
+	case fromNew:
+		r.sum.New += int64(len(jobs))
+	}
+	return jobs, nil
+}
+
+func (r *run) decode(m redis.XMessage) (brand.ID, Fields, string, error) {
+	e, err := r.c.log.decode(m)
+	var me *MalformedError
+	if errors.As(err, &me) {
+		return e.ID, e.Fields, me.RawID, err
+	}
+	return e.ID, e.Fields, e.ID.String(), err
+}
+
+// prepare recovers trimmed payloads and decides the fate of what cannot run:
+// malformed entries and entries past MaxAttempts are dead-lettered.
+func (r *run) prepare(ctx context.Context, jobs []*job) {
+	for _, j := range jobs {
+		var me *MalformedError
+		switch {
+		case j.fate == fatePending:
+			r.recover(ctx, j)
+		case errors.As(j.err, &me):
+			j.fate, j.reason = fateDead, "malformed entry: "+me.Reason
+			r.sum.Malformed++
+		case j.d.Attempts > r.c.MaxAttempts:
+			j.fate = fateDead
+			j.reason = fmt.Sprintf("delivered %d times, more than max-attempts %d", j.d.Attempts, r.c.MaxAttempts)
+		}
+	}
+}
+
+// recover fetches the payload of an entry trimmed while pending.
+func (r *run) recover(ctx context.Context, j *job) {
+	j.fate = fateDead
+	j.reason = "payload trimmed"
+	if r.c.Payloads == nil {
+		r.sum.PayloadLost++
+		return
+	}
+	id, fields, err := r.c.Payloads.Payload(ctx, j.d.StreamID)
+	switch {
+	case errors.Is(err, ErrPayloadNotFound):
+		j.reason = "payload trimmed and not in the archive"
+		r.sum.PayloadLost++
+	case err != nil:
+		j.fate, j.err = fatePending, fmt.Errorf("recover payload of %s: %w", j.d.StreamID, err)
+	default:
+		j.fate, j.reason, j.rawID = fateRun, "", id.String()
+		j.d.ID, j.d.Fields, j.d.Recovered = id, fields, true
+		r.sum.PayloadRecovered++
+	}
+}
+
+// dedupe acks, without calling the handler, entries the group already
+// handled within DedupeTTL.
+func (r *run) dedupe(ctx context.Context, jobs []*job) error {
+	if r.c.DedupeTTL <= 0 {
+		return nil
+	}
+	pipe := r.c.log.rdb.Pipeline()
+	checks := map[*job]*redis.IntCmd{}
+	for _, j := range jobs {
+		if j.fate == fateRun {
+			checks[j] = pipe.Exists(ctx, r.doneKey(j))
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("dedupe check in %s: %w", r.c.log.key, err)
+	}
+	for j, cmd := range checks {
+		if cmd.Val() > 0 {
+			j.fate = fateAck
+			r.sum.DuplicatesSkipped++
+		}
+	}
+	return nil
+}
+
+func (r *run) doneKey(j *job) string {
+	return r.c.log.ks.Done(r.c.log.name, r.c.group, j.d.ID.String())
+}
+
+// execute runs the handlers, at most Concurrency at a time. Once ctx is
+// cancelled no handler starts; running ones get Grace, then their context is
+// cancelled and the run stops waiting: they are abandoned (left pending).
+func (r *run) execute(ctx context.Context, jobs []*job) {
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	graceOver := make(chan struct{})
+	var once sync.Once
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(r.c.Grace, func() { once.Do(func() { close(graceOver) }); hcancel() })
+	})
+	defer stop()
+
+	sem := make(chan struct{}, r.c.Concurrency)
+	done := make(chan *job, len(jobs))
+	running := map[*job]bool{}
+	for _, j := range jobs {
+		if j.fate != fateRun {
+			continue
+		}
+		if !acquire(ctx, sem) {
+			j.fate = fateAbandoned
+			continue
+		}
+		running[j] = true
+		go func() {
+			defer func() { <-sem }()
+			j.err = call(hctx, r.h, j.d)
+			done <- j
+		}()
+	}
+	for len(running) > 0 {
+		select {
+		case j := <-done:
+			delete(running, j)
+			r.judge(j)
+		case <-graceOver:
+			for j := range running {
+				j.fate = fateAbandoned
+			}
+			return
+		}
+	}
+}
+
+// acquire takes a handler slot unless ctx is cancelled first.
+func acquire(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if ctx.Err() != nil { // both were ready and select chose the slot
+		<-sem
+		return false
+	}
+	return true
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func call(ctx context.Context, h Handler, d Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v}
+		}
+	}()
+	return h(ctx, d)
+}
+
+// judge decides the fate of a finished handler call.
+func (r *run) judge(j *job) {
+	var pe *PanicError
+	if errors.As(j.err, &pe) {
+		r.sum.Panics++
+		r.c.Logger.Warn("handler panicked", "id", j.d.ID.String(), "panic", fmt.Sprint(pe.Value))
+	}
+	switch {
+	case j.err == nil:
+		j.fate = fateAck
+	case IsPermanent(j.err):
+		j.fate, j.reason = fateDead, "permanent error: "+j.err.Error()
+	case j.d.Attempts >= r.c.MaxAttempts:
+		j.fate = fateDead
+		j.reason = fmt.Sprintf("attempt %d of %d failed: %v", j.d.Attempts, r.c.MaxAttempts, j.err)
+	default:
+		j.fate = fatePending
+	}
+}
+
+// settle acks the handled entries in one round trip (dedupe markers first),
+// dead-letters the poison ones, and counts every fate.
+func (r *run) settle(ctx context.Context, jobs []*job) error {
+	var acks []string
+	pipe := r.c.log.rdb.Pipeline()
+	for _, j := range jobs {
+		switch j.fate {
+		case fateAck:
+			acks = append(acks, j.d.StreamID.String())
+			if r.c.DedupeTTL > 0 {
+				pipe.Set(ctx, r.doneKey(j), "1", r.c.DedupeTTL)
+			}
+		case fatePending:
+			r.sum.Failed++
+			r.c.Logger.Debug("left pending", "id", j.d.StreamID.String(), "attempts", j.d.Attempts, "error", fmt.Sprint(j.err))
+		case fateAbandoned:
+			r.sum.Abandoned++
+		}
+	}
+	if len(acks) > 0 {
+		pipe.XAck(ctx, r.c.log.key, r.c.group, acks...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, err)
+		}
+		r.sum.Acked += int64(len(acks))
+	}
+	for _, j := range jobs {
+		if j.fate != fateDead {
+			continue
+		}
+		if err := r.deadLetter(ctx, j); err != nil {
+			return err
+		}
+		r.sum.DeadLettered++
+	}
+	return nil
+}
+
+// deadLetter writes the entry to the group's dead-letter stream and acks it
+// in one MULTI, so a crash cannot do one without the other.
+func (r *run) deadLetter(ctx context.Context, j *job) error {
+	payload, err := json.Marshal(j.d.Fields)
+	if err != nil {
+		return fmt.Errorf("dead-letter %s: %w", j.d.StreamID, err)
+	}
+	rec := Fields{
+		"entry_id":        j.rawID,
+		"entry_stream_id": j.d.StreamID.String(),
+		"group":           r.c.group,
+		"consumer":        r.c.name,
+		"attempts":        strconv.FormatInt(j.d.Attempts, 10),
+		"reason":          j.reason,
+		"time":            time.Now().UTC().Format(time.RFC3339Nano),
+		"payload":         string(payload),
+	}
+	ack := func(pipe redis.Pipeliner) { pipe.XAck(ctx, r.c.log.key, r.c.group, j.d.StreamID.String()) }
+	if _, err := r.c.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
+		return fmt.Errorf("dead-letter %s to %s: %w", j.d.StreamID, r.c.dead.key, err)
+	}
+	r.c.Logger.Info("dead-lettered", "entry", j.rawID, "stream_id", j.d.StreamID.String(), "reason", j.reason)
+	return nil
+}

@@ -1,0 +1,246 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// source says where a batch of deliveries came from.
+type source int
+
+const (
+	fromPEL source = iota
+	fromClaim
+	fromNew
+)
+
+// blockStep bounds one blocking read, so a cancelled run never waits longer
+// than this for Redis to answer.
+const blockStep = 500 * time.Millisecond
+
+// run is the state of one Consumer.Run.
+type run struct {
+	c        *Consumer
+	h        Handler
+	sum      Summary
+	start    time.Time
+	deadline time.Time // zero: no time budget
+	cursor   string    // XAUTOCLAIM cursor, carried across beats
+	lastBeat time.Time
+}
+
+func newRun(c *Consumer, h Handler) *run {
+	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0"}
+	if c.MaxDuration > 0 {
+		r.deadline = r.start.Add(c.MaxDuration)
+	}
+	return r
+}
+
+func (r *run) finish() {
+	r.sum.Elapsed = time.Since(r.start)
+	r.sum.ElapsedSeconds = r.sum.Elapsed.Seconds()
+}
+
+// loop is the worker loop of the design: group, stale consumers, own PEL,
+// reclaim beat, new entries, until idle, budget or cancellation.
+func (r *run) loop(ctx context.Context) error {
+	if err := r.c.EnsureGroup(ctx); err != nil {
+		return err
+	}
+	n, err := r.c.ForgetStale(ctx)
+	r.sum.StaleConsumers = n
+	if err != nil {
+		return err
+	}
+	if err := r.drain(ctx); err != nil || r.stopped(ctx) {
+		return err
+	}
+	quiet := time.Now() // since when nothing was claimed or read
+	for {
+		claimed, err := r.beatIfDue(ctx)
+		if err != nil || r.stopped(ctx) {
+			return err
+		}
+		got, err := r.readNew(ctx, quiet.Add(r.c.Block))
+		if err != nil || r.stopped(ctx) {
+			return err
+		}
+		switch {
+		case got > 0 || claimed > 0:
+			quiet = time.Now()
+		case time.Since(quiet) >= r.c.Block:
+			r.sum.ExitReason = ExitIdle
+			return nil
+		}
+	}
+}
+
+// stopped reports whether the run must stop taking entries, and records why.
+func (r *run) stopped(ctx context.Context) bool {
+	switch {
+	case r.sum.ExitReason != "":
+	case ctx.Err() != nil:
+		r.sum.ExitReason = ExitSignal
+	case r.c.MaxEntries > 0 && r.sum.Handled()+r.sum.Abandoned >= r.c.MaxEntries:
+		r.sum.ExitReason = ExitMaxEntries
+	case !r.deadline.IsZero() && !time.Now().Before(r.deadline):
+		r.sum.ExitReason = ExitMaxTime
+	default:
+		return false
+	}
+	return true
+}
+
+// count returns how many entries the next read may take under the budget.
+func (r *run) count() int64 {
+	n := r.c.Count
+	if r.c.MaxEntries > 0 {
+		n = min(n, r.c.MaxEntries-r.sum.Handled()-r.sum.Abandoned)
+	}
+	return max(n, 1)
+}
+
+// drain re-delivers this consumer's own pending entries, oldest first. The
+// cursor moves past each batch, so an entry that fails again is not re-read
+// in this pass.
+func (r *run) drain(ctx context.Context) error {
+	cursor := "0"
+	for !r.stopped(ctx) {
+		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, cursor}, Count: r.count(), Block: -1,
+		}).Result()
+		if err != nil && !isNil(err) {
+			return fmt.Errorf("drain pending of %s in %s %s: %w", r.c.name, r.c.log.key, r.c.group, err)
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			return nil
+		}
+		msgs := res[0].Messages
+		cursor = msgs[len(msgs)-1].ID
+		if err := r.handle(ctx, msgs, nil, fromPEL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beatIfDue runs a reclaim sweep when ClaimEvery has passed since the last.
+func (r *run) beatIfDue(ctx context.Context) (int, error) {
+	if !r.lastBeat.IsZero() && time.Since(r.lastBeat) < r.c.ClaimEvery {
+		return 0, nil
+	}
+	r.lastBeat = time.Now()
+	return r.beat(ctx)
+}
+
+// beat moves entries idle longer than MinIdle (by the server's clock) to this
+// consumer and handles them, sweeping the group's PEL once with the cursor.
+// Entries the server reports deleted are recovered like trimmed ones.
+func (r *run) beat(ctx context.Context) (int, error) {
+	total := 0
+	for !r.stopped(ctx) {
+		msgs, next, deleted, err := r.c.log.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+			Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
+			MinIdle: r.c.MinIdle, Start: r.cursor, Count: r.count(),
+		}).Result()
+		if err != nil {
+			return total, fmt.Errorf("xautoclaim %s %s: %w", r.c.log.key, r.c.group, err)
+		}
+		r.cursor = next
+		total += len(msgs) + len(deleted)
+		if err := r.handle(ctx, msgs, deleted, fromClaim); err != nil {
+			return total, err
+		}
+		if next == "0-0" {
+			break
+		}
+	}
+	return total, nil
+}
+
+// readNew reads never-delivered entries, waiting in short steps until
+// waitUntil, the deadline, or the next reclaim beat, whichever comes first.
+func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
+	if !r.deadline.IsZero() && r.deadline.Before(waitUntil) {
+		waitUntil = r.deadline
+	}
+	for {
+		step := min(time.Until(waitUntil), blockStep, r.c.ClaimEvery)
+		if step < time.Millisecond {
+			return 0, nil
+		}
+		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: step,
+		}).Result()
+		if err != nil && !isNil(err) {
+			if ctx.Err() != nil {
+				return 0, nil
+			}
+			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
+		}
+		if len(res) > 0 && len(res[0].Messages) > 0 {
+			msgs := res[0].Messages
+			return len(msgs), r.handle(ctx, msgs, nil, fromNew)
+		}
+		if ctx.Err() != nil || time.Since(r.lastBeat) >= r.c.ClaimEvery {
+			return 0, nil
+		}
+	}
+}
+
+// attempts returns the server's delivery counts of ids pending for this consumer.
+func (r *run) attempts(ctx context.Context, msgs []redis.XMessage) (map[string]int64, error) {
+	out := make(map[string]int64, len(msgs))
+	if len(msgs) == 0 {
+		return out, nil
+	}
+	pending, err := r.c.log.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
+		Start: msgs[0].ID, End: msgs[len(msgs)-1].ID, Count: int64(len(msgs)) * 4,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("xpending %s %s: %w", r.c.log.key, r.c.group, err)
+	}
+	for _, p := range pending {
+		out[p.ID] = p.RetryCount
+	}
+	for _, m := range msgs { // the page can miss some when many others are pending between
+		if _, ok := out[m.ID]; ok {
+			continue
+		}
+		one, err := r.c.log.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name, Start: m.ID, End: m.ID, Count: 1,
+		}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("xpending %s %s %s: %w", r.c.log.key, r.c.group, m.ID, err)
+		}
+		if len(one) == 1 {
+			out[m.ID] = one[0].RetryCount
+		}
+	}
+	return out, nil
+}
+
+// deletedMessages turns ids the server reported deleted into payload-less messages.
+func deletedMessages(ids []string) []redis.XMessage {
+	out := make([]redis.XMessage, len(ids))
+	for i, id := range ids {
+		out[i] = redis.XMessage{ID: id}
+	}
+	return out
+}
+
+// parseSID parses a stream id from the server; a bad one is a protocol error.
+func parseSID(key, s string) (brand.StreamID, error) {
+	sid, err := brand.ParseStreamID(s)
+	if err != nil {
+		return sid, fmt.Errorf("%s: server returned entry id %q: %w", key, s, err)
+	}
+	return sid, nil
+}
