@@ -61,8 +61,8 @@ func (c *Consumer) Group() string { return c.group }
 // Name returns the consumer's name.
 func (c *Consumer) Name() string { return c.name }
 
-// DeadLetters returns the group's dead-letter log.
-func (c *Consumer) DeadLetters() *Log { return c.dead }
+// DeadLetterLog returns the group's dead-letter log.
+func (c *Consumer) DeadLetterLog() *Log { return c.dead }
 
 // defaults fills zero fields with their defaults.
 func (c *Consumer) defaults() {

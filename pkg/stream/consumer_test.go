@@ -463,3 +463,66 @@ func TestNewConsumer_BadNames(t *testing.T) {
 		t.Fatalf("bad consumer: %v", err)
 	}
 }
+
+func TestConsumer_DeadLettersListAndRetry(t *testing.T) {
+	f := newFixture(t, 3)
+	ctx := context.Background()
+	c := f.consumer(t, "w1")
+	run(t, c, func(_ context.Context, d stream.Delivery) error {
+		return stream.Permanent(fmt.Errorf("bad %s", d.Fields["n"]))
+	})
+	var listed []stream.DeadLetter
+	for dl, err := range c.DeadLetters(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, dl)
+	}
+	if len(listed) != 3 || listed[0].EntryID != f.ids[0].String() || listed[0].Attempts != 1 ||
+		listed[0].Payload["n"] != "0" || listed[0].Reason != "permanent error: bad 0" || listed[0].Time.IsZero() {
+		t.Fatalf("listed %+v", listed)
+	}
+	// Retry one that fails again: it stays.
+	res, err := c.RetryDead(ctx, func(context.Context, stream.Delivery) error { return errors.New("still bad") }, f.ids[1].String())
+	if err != nil || res.Failed != 1 || res.Succeeded != 0 {
+		t.Fatalf("failing retry: %+v %v", res, err)
+	}
+	// Retry all that succeed: all are removed, each only after success.
+	var got []stream.Delivery
+	res, err = c.RetryDead(ctx, func(_ context.Context, d stream.Delivery) error { got = append(got, d); return nil }, "")
+	if err != nil || res.Succeeded != 3 || len(got) != 3 || got[0].ID != f.ids[0] || got[0].Attempts != 2 {
+		t.Fatalf("retry all: %+v %v %+v", res, err, got)
+	}
+	if n := f.rdb.XLen(ctx, "emq:{cm}:dead:events:billing").Val(); n != 0 {
+		t.Fatalf("%d dead letters left", n)
+	}
+	if _, err := c.RetryDead(ctx, nil, "EVT_nothing"); err == nil {
+		t.Fatal("retrying an unknown id succeeded")
+	}
+}
+
+func TestInspect(t *testing.T) {
+	f := newFixture(t, 10)
+	ctx := context.Background()
+	c := f.consumer(t, "w1")
+	c.EnsureGroup(ctx)
+	f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "peer", Streams: []string{f.log.Key(), ">"}, Count: 4})
+	f.log.TrimMinID(ctx, f.ids[2].StreamID, true)
+	st, err := stream.Inspect(ctx, f.log, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Length != 8 || st.EntriesAdded != 10 || st.FirstID != f.ids[2].StreamID.String() || len(st.Groups) != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	g := st.Groups[0]
+	if g.Pending != 4 || g.PendingTrimmed != 2 || g.OldestPendingID != f.ids[0].StreamID.String() || len(g.Consumers) != 1 {
+		t.Fatalf("group %+v", g)
+	}
+	if g.Lag != nil && *g.Lag != 6 {
+		t.Fatalf("lag %d, want 6 or unknown", *g.Lag)
+	}
+	if _, err := stream.Inspect(ctx, f.log, "nope"); err == nil {
+		t.Fatal("Inspect of a missing group succeeded")
+	}
+}

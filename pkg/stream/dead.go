@@ -1,0 +1,106 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// DeadLetter is one record of a group's dead-letter stream.
+type DeadLetter struct {
+	ID            brand.ID       // the record's own id in the dead-letter stream
+	EntryID       string         // the entry's branded id (raw text when it was malformed)
+	EntryStreamID brand.StreamID // the entry's id in the source stream
+	Group         string
+	Consumer      string
+	Attempts      int64
+	Reason        string
+	Time          time.Time
+	Payload       Fields
+}
+
+// DeadLetters yields the group's dead letters, oldest first. A record that
+// cannot be decoded is yielded with an error and iteration goes on.
+func (c *Consumer) DeadLetters(ctx context.Context) iter.Seq2[DeadLetter, error] {
+	return func(yield func(DeadLetter, error) bool) {
+		for e, err := range c.dead.Read(ctx, First, Last) {
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				yield(DeadLetter{}, err)
+				return
+			}
+			dl, derr := decodeDeadLetter(e)
+			if derr != nil {
+				derr = fmt.Errorf("%s: record %s: %w", c.dead.key, e.StreamID, derr)
+			}
+			if !yield(dl, errors.Join(err, derr)) {
+				return
+			}
+		}
+	}
+}
+
+func decodeDeadLetter(e Entry) (DeadLetter, error) {
+	f := e.Fields
+	dl := DeadLetter{ID: e.ID, EntryID: f["entry_id"], Group: f["group"], Consumer: f["consumer"], Reason: f["reason"]}
+	var errs []error
+	var err error
+	if dl.EntryStreamID, err = brand.ParseStreamID(f["entry_stream_id"]); err != nil {
+		errs = append(errs, fmt.Errorf("entry_stream_id: %w", err))
+	}
+	if dl.Attempts, err = strconv.ParseInt(f["attempts"], 10, 64); err != nil {
+		errs = append(errs, fmt.Errorf("attempts %q: not a number", f["attempts"]))
+	}
+	if dl.Time, err = time.Parse(time.RFC3339Nano, f["time"]); err != nil {
+		errs = append(errs, fmt.Errorf("time %q: not RFC 3339", f["time"]))
+	}
+	if err := json.Unmarshal([]byte(f["payload"]), &dl.Payload); err != nil {
+		errs = append(errs, fmt.Errorf("payload: %v", err))
+	}
+	return dl, errors.Join(errs...)
+}
+
+// RetryResult counts what RetryDead did.
+type RetryResult struct {
+	Retried   int64 `json:"retried"`
+	Succeeded int64 `json:"succeeded"` // handled and removed from the dead-letter stream
+	Failed    int64 `json:"failed"`    // the handler failed again: the record stays
+}
+
+// RetryDead hands dead letters to h again: all of them when match is empty,
+// else the one whose entry id, entry stream id or record id is match. Each
+// record is removed from the dead-letter stream only after h succeeds.
+func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (RetryResult, error) {
+	var res RetryResult
+	found := false
+	for dl, err := range c.DeadLetters(ctx) {
+		if err != nil {
+			return res, err
+		}
+		if match != "" && match != dl.EntryID && match != dl.EntryStreamID.String() && match != dl.ID.String() {
+			continue
+		}
+		found = true
+		res.Retried++
+		d := Delivery{StreamID: dl.EntryStreamID, Fields: dl.Payload, Attempts: dl.Attempts + 1, Group: c.group, Consumer: c.name}
+		d.ID, _ = brand.Parse(dl.EntryID)
+		if herr := call(ctx, h, d); herr != nil {
+			res.Failed++
+			c.Logger.Warn("retry failed", "entry", dl.EntryID, "error", herr.Error())
+			continue
+		}
+		if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
+			return res, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
+		}
+		res.Succeeded++
+	}
+	if match != "" && !found {
+		return res, fmt.Errorf("no dead letter %q in %s", match, c.dead.key)
+	}
+	return res, nil
+}

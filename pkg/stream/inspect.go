@@ -1,0 +1,131 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// StreamStatus is the capacity view of one stream: how long it is, and how
+// long its pending lists are (a short stream can have a long PEL).
+type StreamStatus struct {
+	Key             string        `json:"key"`
+	Length          int64         `json:"length"`
+	EntriesAdded    int64         `json:"entries_added"`
+	FirstID         string        `json:"first_id,omitempty"`
+	LastID          string        `json:"last_id,omitempty"`
+	LastGeneratedID string        `json:"last_generated_id"`
+	Groups          []GroupStatus `json:"groups"`
+}
+
+// GroupStatus is one consumer group of a stream.
+type GroupStatus struct {
+	Name             string           `json:"name"`
+	LastDeliveredID  string           `json:"last_delivered_id"`
+	Pending          int64            `json:"pending"`
+	OldestPendingID  string           `json:"oldest_pending_id,omitempty"`
+	OldestPendingAge float64          `json:"oldest_pending_age_seconds,omitempty"`
+	PendingTrimmed   int64            `json:"pending_payload_gone"` // pending entries below the first live entry
+	Lag              *int64           `json:"lag"`                  // nil: Redis cannot tell
+	DeadLetters      int64            `json:"dead_letters"`
+	Consumers        []ConsumerStatus `json:"consumers"`
+}
+
+// ConsumerStatus is one consumer of a group.
+type ConsumerStatus struct {
+	Name        string  `json:"name"`
+	Pending     int64   `json:"pending"`
+	IdleSeconds float64 `json:"idle_seconds"`
+}
+
+// Inspect reports the stream's status and that of its groups (only group
+// when it is not empty). A missing stream is reported with length 0.
+func Inspect(ctx context.Context, l *Log, group string) (StreamStatus, error) {
+	st := StreamStatus{Key: l.key, Groups: []GroupStatus{}}
+	info, err := l.rdb.XInfoStream(ctx, l.key).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return st, nil
+		}
+		return st, fmt.Errorf("xinfo stream %s: %w", l.key, err)
+	}
+	st.Length, st.EntriesAdded, st.LastGeneratedID = info.Length, info.EntriesAdded, info.LastGeneratedID
+	st.FirstID, st.LastID = info.FirstEntry.ID, info.LastEntry.ID
+	groups, err := l.rdb.XInfoGroups(ctx, l.key).Result()
+	if err != nil {
+		return st, fmt.Errorf("xinfo groups %s: %w", l.key, err)
+	}
+	for _, g := range groups {
+		if group != "" && g.Name != group {
+			continue
+		}
+		gs, err := inspectGroup(ctx, l, g, st.FirstID)
+		if err != nil {
+			return st, err
+		}
+		st.Groups = append(st.Groups, gs)
+	}
+	if group != "" && len(st.Groups) == 0 {
+		return st, fmt.Errorf("%s has no group %q", l.key, group)
+	}
+	return st, nil
+}
+
+func inspectGroup(ctx context.Context, l *Log, g redis.XInfoGroup, firstID string) (GroupStatus, error) {
+	gs := GroupStatus{Name: g.Name, LastDeliveredID: g.LastDeliveredID, Pending: g.Pending, Consumers: []ConsumerStatus{}}
+	if g.Lag >= 0 {
+		lag := g.Lag
+		gs.Lag = &lag
+	}
+	consumers, err := l.rdb.XInfoConsumers(ctx, l.key, g.Name).Result()
+	if err != nil {
+		return gs, fmt.Errorf("xinfo consumers %s %s: %w", l.key, g.Name, err)
+	}
+	for _, c := range consumers {
+		gs.Consumers = append(gs.Consumers, ConsumerStatus{Name: c.Name, Pending: c.Pending, IdleSeconds: c.Idle.Seconds()})
+	}
+	if gs.Pending > 0 {
+		if err := oldestPending(ctx, l, &gs, firstID); err != nil {
+			return gs, err
+		}
+	}
+	n, err := l.rdb.XLen(ctx, l.ks.DeadLetter(l.name, g.Name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return gs, fmt.Errorf("xlen dead letters of %s: %w", g.Name, err)
+	}
+	gs.DeadLetters = n
+	return gs, nil
+}
+
+// maxTrimmedScan bounds how many pending ids below the first entry are counted.
+const maxTrimmedScan = 100000
+
+func oldestPending(ctx context.Context, l *Log, gs *GroupStatus, firstID string) error {
+	p, err := l.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.key, Group: gs.Name, Start: "-", End: "+", Count: 1}).Result()
+	if err != nil {
+		return fmt.Errorf("xpending %s %s: %w", l.key, gs.Name, err)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	gs.OldestPendingID = p[0].ID
+	if sid, err := brand.ParseStreamID(p[0].ID); err == nil {
+		gs.OldestPendingAge = time.Since(sid.Time()).Seconds()
+	}
+	end := "+"
+	if firstID != "" {
+		end = "(" + firstID
+	}
+	below, err := l.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.key, Group: gs.Name, Start: "-", End: end, Count: maxTrimmedScan}).Result()
+	if err != nil {
+		return fmt.Errorf("xpending %s %s below %s: %w", l.key, gs.Name, firstID, err)
+	}
+	gs.PendingTrimmed = int64(len(below))
+	return nil
+}
