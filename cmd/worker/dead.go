@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+)
+
+func deadCommand() *cli.Command {
+	common := append(clix.CommonFlags(), groupFlags()...)
+	return &cli.Command{
+		Name:  "dead",
+		Usage: "list or retry a group's dead letters",
+		Subcommands: []*cli.Command{
+			{
+				Name:   "ls",
+				Usage:  "list dead letters: entry id, reason, attempts, time",
+				Flags:  append(common, &cli.BoolFlag{Name: "json", Usage: "one JSON object per line"}),
+				Action: deadList,
+			},
+			{
+				Name:      "retry",
+				Usage:     "hand dead letters to the handler again; each is removed only after it succeeds",
+				ArgsUsage: "ID | --all [-- CMD ARGS...]",
+				Flags: append(append(common, handlerFlags()...),
+					&cli.StringFlag{Name: "id", Usage: "the entry id (branded or stream id) or the dead letter's id"},
+					&cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}),
+				Action: deadRetry,
+			},
+		},
+	}
+}
+
+type deadDoc struct {
+	ID            string            `json:"id"`
+	EntryID       string            `json:"entry_id"`
+	EntryStreamID string            `json:"entry_stream_id"`
+	Consumer      string            `json:"consumer"`
+	Attempts      int64             `json:"attempts"`
+	Reason        string            `json:"reason"`
+	Time          time.Time         `json:"time"`
+	Payload       map[string]string `json:"payload"`
+}
+
+func deadList(c *cli.Context) error {
+	s, err := openConsumer(c)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	if !c.Bool("json") {
+		fmt.Fprintln(tw, "ENTRY\tATTEMPTS\tTIME\tREASON")
+	}
+	n := 0
+	for dl, err := range s.consumer.DeadLetters(c.Context) {
+		if err != nil {
+			return err
+		}
+		n++
+		if c.Bool("json") {
+			b, _ := json.Marshal(deadDoc{dl.ID.String(), dl.EntryID, dl.EntryStreamID.String(), dl.Consumer, dl.Attempts, dl.Reason, dl.Time, dl.Payload})
+			fmt.Fprintf(c.App.Writer, "%s\n", b)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", dl.EntryID, dl.Attempts, dl.Time.Format(time.RFC3339), dl.Reason)
+	}
+	if !c.Bool("json") {
+		fmt.Fprintf(tw, "(%d dead letters in %s)\n", n, s.consumer.DeadLetterLog().Key())
+	}
+	return tw.Flush()
+}
+
+func deadRetry(c *cli.Context) error {
+	match, all := c.String("id"), c.Bool("all")
+	if (match == "") == !all {
+		return clix.Usagef("--id", "give exactly one of --id ID or --all")
+	}
+	s, err := openConsumer(c)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	h, err := chooseHandler(c, s.log)
+	if err != nil {
+		return err
+	}
+	res, err := s.consumer.RetryDead(c.Context, h, match)
+	b, _ := json.Marshal(res)
+	out := c.App.Writer
+	if c.Bool("stdout") {
+		out = c.App.ErrWriter
+	}
+	fmt.Fprintf(out, "%s\n", b)
+	if err == nil && res.Failed > 0 {
+		err = fmt.Errorf("%d of %d retries failed; they stay in the dead-letter stream", res.Failed, res.Retried)
+	}
+	return err
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// deliveryDoc is a delivery as one JSON document: the exec handler's stdin,
+// the webhook's body and the --stdout line.
+type deliveryDoc struct {
+	ID        string            `json:"id"`
+	StreamID  string            `json:"stream_id"`
+	Attempts  int64             `json:"attempts"`
+	Group     string            `json:"group"`
+	Consumer  string            `json:"consumer"`
+	Payload   map[string]string `json:"payload"`
+	Recovered bool              `json:"recovered,omitempty"`
+}
+
+func encodeDelivery(d stream.Delivery) ([]byte, error) {
+	return json.Marshal(deliveryDoc{
+		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts,
+		Group: d.Group, Consumer: d.Consumer, Payload: d.Fields, Recovered: d.Recovered,
+	})
+}
+
+// exDataErr (EX_DATAERR from sysexits.h) is the exit status by which an exec
+// handler says the entry itself is bad: dead-letter it now.
+const exDataErr = 65
+
+// execHandler runs argv once per delivery with the delivery on stdin. Exit 0
+// acks; 65 dead-letters; anything else, a signal or the timeout leaves the
+// entry pending. The child's stderr is logged with the entry id.
+func execHandler(argv []string, timeout time.Duration, log *slog.Logger) stream.Handler {
+	return func(ctx context.Context, d stream.Delivery) error {
+		doc, err := encodeDelivery(d)
+		if err != nil {
+			return stream.Permanent(err)
+		}
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Stdin = bytes.NewReader(doc)
+		var stderr bytes.Buffer
+		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}
+		cmd.WaitDelay = time.Second
+		err = cmd.Run()
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			log.Info("handler stderr", "id", d.ID.String(), "stderr", s)
+		}
+		return execResult(ctx, err)
+	}
+}
+
+func execResult(ctx context.Context, err error) error {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("handler stopped: %w", context.Cause(ctx))
+	case errors.As(err, &ee) && ee.ExitCode() == exDataErr:
+		return stream.Permanent(fmt.Errorf("handler exited %d (EX_DATAERR)", exDataErr))
+	case errors.As(err, &ee):
+		return fmt.Errorf("handler %v", ee.ProcessState)
+	}
+	return fmt.Errorf("run handler: %w", err)
+}
+
+// limitedWriter keeps the first n bytes and drops the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// webhookHandler POSTs each delivery. 2xx acks; a 4xx other than 408, 425
+// and 429 dead-letters with the status; anything else, after bounded retries
+// with backoff, leaves the entry pending.
+func webhookHandler(url string, secret []byte, timeout time.Duration, retries int) stream.Handler {
+	client := retryablehttp.NewClient()
+	client.RetryMax = retries
+	client.RetryWaitMin, client.RetryWaitMax = 100*time.Millisecond, 2*time.Second
+	client.HTTPClient.Timeout = timeout
+	client.Logger = nil
+	client.CheckRetry = webhookRetryPolicy
+	client.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	return func(ctx context.Context, d stream.Delivery) error {
+		body, err := encodeDelivery(d)
+		if err != nil {
+			return stream.Permanent(err)
+		}
+		req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, url, body)
+		if err != nil {
+			return stream.Permanent(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", d.ID.String())
+		if len(secret) > 0 {
+			req.Header.Set("X-Silt-Signature", "sha256="+sign(secret, body))
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("webhook: %w", scrubURL(err, url))
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		return webhookResult(resp.StatusCode)
+	}
+}
+
+func webhookResult(status int) error {
+	switch {
+	case status >= 200 && status < 300:
+		return nil
+	case status == 408 || status == 425 || status == 429 || status >= 500:
+		return fmt.Errorf("webhook answered %d", status)
+	case status >= 400:
+		return stream.Permanent(fmt.Errorf("webhook answered %d", status))
+	}
+	return fmt.Errorf("webhook answered %d", status)
+}
+
+// webhookRetryPolicy retries connection errors, 408, 425, 429 and 5xx.
+func webhookRetryPolicy(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		return true, nil
+	}
+	s := resp.StatusCode
+	return s == 408 || s == 425 || s == 429 || s >= 500, nil
+}
+
+// sign returns the hex HMAC-SHA256 of body under secret.
+func sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// scrubURL keeps a webhook URL's credentials out of error messages.
+func scrubURL(err error, url string) error {
+	red := clix.Redact(url)
+	if red == url {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), url, red))
+}
+
+// stdoutHandler writes each delivery as one JSON line and acks it once the
+// line is flushed.
+func stdoutHandler(w io.Writer) stream.Handler {
+	var mu sync.Mutex
+	bw := bufio.NewWriter(w)
+	return func(_ context.Context, d stream.Delivery) error {
+		line, err := encodeDelivery(d)
+		if err != nil {
+			return stream.Permanent(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		bw.Write(line)
+		bw.WriteByte('\n')
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("write stdout: %w", err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// groupFlags name the group and consumer; run, dead and status share them.
+func groupFlags() []cli.Flag {
+	host, _ := os.Hostname()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "consumer group (required)"},
+		&cli.StringFlag{Name: "consumer", EnvVars: []string{"EMQ_CONSUMER"}, Value: host, Usage: "consumer name (default: the host name)"},
+	}
+}
+
+// handlerFlags choose the handler; run and dead retry share them.
+func handlerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "exec", Usage: "run `CMD` (through sh -c) per entry, the delivery as JSON on stdin; or give the command after --"},
+		&cli.StringFlag{Name: "webhook", Usage: "POST each delivery as JSON to `URL`"},
+		&cli.StringFlag{Name: "webhook-secret", EnvVars: []string{"EMQ_WEBHOOK_SECRET"}, Usage: "sign webhook bodies with HMAC-SHA256 (header X-Silt-Signature)"},
+		&cli.IntFlag{Name: "webhook-retries", Value: 3, Usage: "retries of a webhook call (connection errors, 408, 425, 429, 5xx)"},
+		&cli.BoolFlag{Name: "stdout", Usage: "write each delivery as a JSON line on stdout; the summary goes to stderr"},
+		&cli.DurationFlag{Name: "handler-timeout", Value: 5 * time.Minute, Usage: "longest one handler call may take; then it is left pending"},
+	}
+}
+
+func runCommand() *cli.Command {
+	flags := append(clix.CommonFlags(), groupFlags()...)
+	flags = append(flags, handlerFlags()...)
+	flags = append(flags,
+		&cli.Int64Flag{Name: "count", Value: 100, Usage: "entries per read"},
+		&cli.DurationFlag{Name: "block", Value: 2 * time.Second, Usage: "how long to wait for new entries before exiting"},
+		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
+		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "deliveries before an entry is dead-lettered"},
+		&cli.Int64Flag{Name: "max-entries", Usage: "stop after this many deliveries (0: no limit)"},
+		&cli.DurationFlag{Name: "max-duration", Usage: "stop after this long (0: no limit)"},
+		&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "handlers run in parallel within a batch"},
+		&cli.DurationFlag{Name: "dedupe-ttl", Usage: "skip entries this group handled within this time (0: off)"},
+		&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "on SIGTERM, how long in-flight handlers may finish"},
+		&cli.DurationFlag{Name: "forget-after", Value: 24 * time.Hour, Usage: "remove consumers with nothing pending idle this long (negative: never)"},
+	)
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "consume the stream once: drain own pending, reclaim dead peers, handle new entries, exit when done",
+		ArgsUsage: "[-- CMD ARGS...]",
+		Flags:     flags,
+		Action:    runAction,
+	}
+}
+
+// setup is what every group command needs.
+type setup struct {
+	target   clix.Target
+	log      *slog.Logger
+	consumer *stream.Consumer
+	close    func()
+}
+
+func openConsumer(c *cli.Context) (*setup, error) {
+	target, err := clix.ParseTarget(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.String("group") == "" {
+		return nil, clix.Usagef("--group", "required (or EMQ_GROUP)")
+	}
+	if err := stream.ValidateName("group", c.String("group")); err != nil {
+		return nil, clix.Usagef("--group", "%v", err)
+	}
+	if err := stream.ValidateName("consumer", c.String("consumer")); err != nil {
+		return nil, clix.Usagef("--consumer", "%v", err)
+	}
+	logger, err := clix.NewLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return nil, err
+	}
+	l, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	cons, err := stream.NewConsumer(l, c.String("group"), c.String("consumer"))
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	cons.Logger = logger
+	return &setup{target: target, log: logger, consumer: cons, close: func() { rdb.Close() }}, nil
+}
+
+// chooseHandler builds the one handler the flags ask for.
+func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, error) {
+	var chosen []string
+	for _, name := range []string{"exec", "webhook"} {
+		if c.String(name) != "" {
+			chosen = append(chosen, "--"+name)
+		}
+	}
+	if c.Bool("stdout") {
+		chosen = append(chosen, "--stdout")
+	}
+	if c.NArg() > 0 {
+		chosen = append(chosen, "-- CMD")
+	}
+	if len(chosen) != 1 {
+		return nil, clix.Usagef("--exec", "choose exactly one handler of --exec, -- CMD, --webhook, --stdout (got %s)", describe(chosen))
+	}
+	timeout := c.Duration("handler-timeout")
+	switch {
+	case c.String("exec") != "":
+		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, log), nil
+	case c.NArg() > 0:
+		return execHandler(c.Args().Slice(), timeout, log), nil
+	case c.String("webhook") != "":
+		u := c.String("webhook")
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return nil, clix.Usagef("--webhook", "%s is not an http:// or https:// URL", clix.Redact(u))
+		}
+		return webhookHandler(u, []byte(c.String("webhook-secret")), timeout, c.Int("webhook-retries")), nil
+	}
+	return stdoutHandler(c.App.Writer), nil
+}
+
+func describe(chosen []string) string {
+	if len(chosen) == 0 {
+		return "none"
+	}
+	return strings.Join(chosen, " and ")
+}
+
+func runAction(c *cli.Context) error {
+	s, err := openConsumer(c)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	h, err := chooseHandler(c, s.log)
+	if err != nil {
+		return err
+	}
+	if err := configure(c, s.consumer); err != nil {
+		return err
+	}
+	sum, runErr := s.consumer.Run(c.Context, h)
+	out := c.App.Writer
+	if c.Bool("stdout") {
+		out = c.App.ErrWriter
+	}
+	if err := printSummary(out, s, sum); err != nil {
+		return err
+	}
+	return runErr
+}
+
+func configure(c *cli.Context, k *stream.Consumer) error {
+	for _, name := range []string{"count", "max-attempts"} {
+		if c.Int64(name) < 1 {
+			return clix.Usagef("--"+name, "must be at least 1, got %d", c.Int64(name))
+		}
+	}
+	for _, name := range []string{"block", "min-idle"} {
+		if c.Duration(name) < time.Millisecond {
+			return clix.Usagef("--"+name, "must be at least 1ms, got %s", c.Duration(name))
+		}
+	}
+	if c.Int("concurrency") < 1 {
+		return clix.Usagef("--concurrency", "must be at least 1, got %d", c.Int("concurrency"))
+	}
+	k.Count, k.Block, k.MinIdle = c.Int64("count"), c.Duration("block"), c.Duration("min-idle")
+	k.ClaimEvery = k.MinIdle
+	k.MaxAttempts, k.MaxEntries, k.MaxDuration = c.Int64("max-attempts"), c.Int64("max-entries"), c.Duration("max-duration")
+	k.Concurrency, k.DedupeTTL = c.Int("concurrency"), c.Duration("dedupe-ttl")
+	k.Grace, k.ForgetAfter = c.Duration("grace"), c.Duration("forget-after")
+	return nil
+}
+
+// summaryLine is the JSON line `worker run` prints at exit.
+type summaryLine struct {
+	Stream   string `json:"stream"`
+	Group    string `json:"group"`
+	Consumer string `json:"consumer"`
+	stream.Summary
+}
+
+func printSummary(w io.Writer, s *setup, sum stream.Summary) error {
+	line, err := json.Marshal(summaryLine{Stream: s.target.Stream, Group: s.consumer.Group(), Consumer: s.consumer.Name(), Summary: sum})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", line)
+	return err
+}

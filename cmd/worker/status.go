@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "the capacity view: stream length, and per group its pending list, lag and dead letters",
+		Flags: append(clix.CommonFlags(),
+			&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "only this group"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Action: statusAction,
+	}
+}
+
+func statusAction(c *cli.Context) error {
+	target, err := clix.ParseTarget(c)
+	if err != nil {
+		return err
+	}
+	if g := c.String("group"); g != "" {
+		if err := stream.ValidateName("group", g); err != nil {
+			return clix.Usagef("--group", "%v", err)
+		}
+	}
+	if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
+		return err
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	l, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
+	if err != nil {
+		return err
+	}
+	st, err := stream.Inspect(c.Context, l, c.String("group"))
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		b, err := json.MarshalIndent(st, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+		return err
+	}
+	return printStatus(c.App.Writer, st)
+}
+
+func printStatus(w io.Writer, st stream.StreamStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "stream\t%s\n", st.Key)
+	fmt.Fprintf(tw, "length (XLEN)\t%d\n", st.Length)
+	fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
+	fmt.Fprintf(tw, "first / last id\t%s / %s\n", orNone(st.FirstID), orNone(st.LastID))
+	for _, g := range st.Groups {
+		fmt.Fprintf(tw, "\ngroup %s\t\n", g.Name)
+		fmt.Fprintf(tw, "  pending\t%d\n", g.Pending)
+		if g.OldestPendingID != "" {
+			fmt.Fprintf(tw, "  oldest pending\t%s (%s old)\n", g.OldestPendingID, time.Duration(g.OldestPendingAge*float64(time.Second)).Round(time.Second).String())
+		}
+		fmt.Fprintf(tw, "  pending, payload gone\t%d\n", g.PendingTrimmed)
+		fmt.Fprintf(tw, "  lag\t%s\n", lag(g.Lag))
+		fmt.Fprintf(tw, "  dead letters\t%d\n", g.DeadLetters)
+		fmt.Fprintf(tw, "  last delivered\t%s\n", g.LastDeliveredID)
+		for _, k := range g.Consumers {
+			fmt.Fprintf(tw, "  consumer %s\tpending %d, idle %s\n", k.Name, k.Pending, (time.Duration(k.IdleSeconds * float64(time.Second))).Round(time.Millisecond))
+		}
+	}
+	return tw.Flush()
+}
+
+func lag(l *int64) string {
+	if l == nil {
+		return "unknown (Redis cannot tell after trims or deletions)"
+	}
+	return strconv.FormatInt(*l, 10)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
