@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// seedModes appends one entry per mode, in order, and returns their ids.
+func seedModes(t *testing.T, srv *testserver.RedisServer, modes ...string) []brand.ID {
+	t.Helper()
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, _ := stream.NewLog(srv.Client(t), ks, "events", brand.EVT)
+	batch := make([]stream.Fields, len(modes))
+	for i, m := range modes {
+		batch[i] = stream.Fields{"mode": m}
+	}
+	ids, err := l.AppendBatch(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func parseSummary(t *testing.T, out string) summaryLine {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var s summaryLine
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		t.Fatalf("summary %q: %v", out, err)
+	}
+	return s
+}
+
+func TestRun_Webhook(t *testing.T) {
+	const secret = "s3cr3t"
+	srv := testserver.Redis(t)
+	ids := seedModes(t, srv, "200", "400", "429-then-200", "500", "drop")
+	var mu sync.Mutex
+	calls := map[string]int{}
+	var problems []string
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var doc deliveryDoc
+		json.Unmarshal(body, &doc)
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write(body)
+		mu.Lock()
+		if r.Header.Get("Idempotency-Key") != doc.ID {
+			problems = append(problems, "idempotency key "+r.Header.Get("Idempotency-Key")+" for "+doc.ID)
+		}
+		if r.Header.Get("X-Silt-Signature") != "sha256="+hex.EncodeToString(m.Sum(nil)) {
+			problems = append(problems, "bad signature for "+doc.ID)
+		}
+		mode := doc.Payload["mode"]
+		calls[mode]++
+		n := calls[mode]
+		mu.Unlock()
+		switch mode {
+		case "200":
+			w.WriteHeader(200)
+		case "400":
+			w.WriteHeader(400)
+		case "429-then-200":
+			if n == 1 {
+				w.WriteHeader(429)
+				return
+			}
+			w.WriteHeader(200)
+		case "500":
+			w.WriteHeader(500)
+		case "drop":
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		}
+	}))
+	defer hook.Close()
+	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+		"--block", "100ms", "--webhook", hook.URL, "--webhook-secret", secret, "--webhook-retries", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	sum := parseSummary(t, out)
+	if sum.Acked != 2 || sum.DeadLettered != 1 || sum.Failed != 2 {
+		t.Fatalf("summary %+v; want 200 and 429-then-200 acked, 400 dead, 500 and drop pending", sum)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["500"] != 3 || calls["drop"] != 3 || calls["400"] != 1 {
+		t.Fatalf("calls %v: want 3 tries of 500 and drop (2 retries), 1 of 400", calls)
+	}
+	if len(problems) > 0 {
+		t.Fatalf("server saw: %v", problems)
+	}
+	p := srv.Client(t).XPending(context.Background(), "emq:{cm}:stream:events", "g").Val()
+	if p.Count != 2 || p.Lower != ids[3].StreamID.String() {
+		t.Fatalf("pending %+v, want the 500 and the dropped one", p)
+	}
+	if strings.Contains(errOut, secret) {
+		t.Fatal("webhook secret printed")
+	}
+}
+
+func TestRun_ExecExitCodes(t *testing.T) {
+	srv := testserver.Redis(t)
+	seedModes(t, srv, "ok", "bad", "fail")
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "seen")
+	script := `doc=$(cat); echo "$doc" >> ` + seen + `
+case "$doc" in *'"mode":"bad"'*) echo "bad data" >&2; exit 65;; *'"mode":"fail"'*) exit 3;; esac`
+	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+		"--block", "100ms", "--exec", script)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	sum := parseSummary(t, out)
+	if sum.Acked != 1 || sum.DeadLettered != 1 || sum.Failed != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if !strings.Contains(errOut, "bad data") {
+		t.Fatalf("handler stderr not logged: %s", errOut)
+	}
+	b, _ := os.ReadFile(seen)
+	var doc deliveryDoc
+	json.Unmarshal([]byte(strings.Split(string(b), "\n")[0]), &doc)
+	if doc.Group != "g" || doc.Attempts != 1 || doc.Payload["mode"] != "ok" || !strings.HasPrefix(doc.ID, "EVT_") {
+		t.Fatalf("stdin document %s", b)
+	}
+	// Dead-letter retry through a handler given after --.
+	code, out, errOut = runWorker(t, "", "dead", "retry", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--all", "--", "true")
+	if code != 0 || !strings.Contains(out, `"succeeded":1`) {
+		t.Fatalf("dead retry: exit %d %s %s", code, out, errOut)
+	}
+}
+
+func TestRun_StdoutAndTimeout(t *testing.T) {
+	srv := testserver.Redis(t)
+	ids := seedModes(t, srv, "a", "b")
+	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--block", "100ms", "--stdout")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], ids[0].String()) {
+		t.Fatalf("stdout %q", out)
+	}
+	if parseSummary(t, errOut).Acked != 2 {
+		t.Fatalf("summary on stderr: %s", errOut)
+	}
+	seedModes(t, srv, "slow")
+	code, out, _ = runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--block", "100ms",
+		"--handler-timeout", "200ms", "--", "sleep", "5")
+	if sum := parseSummary(t, out); code != 0 || sum.Failed != 1 {
+		t.Fatalf("timeout: exit %d, %+v", code, sum)
+	}
+}
+
+func TestRun_UsageErrors(t *testing.T) {
+	base := []string{"run", "--queue", "cm", "--stream", "events"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--exec", "true"}, "--group"},
+		{[]string{"--group", "g"}, "exactly one handler"},
+		{[]string{"--group", "g", "--exec", "true", "--stdout"}, "--exec and --stdout"},
+		{[]string{"--group", "g", "--webhook", "ftp://x"}, "--webhook"},
+		{[]string{"--group", "g b", "--stdout"}, "--group"},
+		{[]string{"--group", "g", "--stdout", "--count", "0"}, "--count"},
+		{[]string{"--group", "g", "--stdout", "--block", "0s"}, "--block"},
+		{[]string{"--group", "g", "--stdout", "--concurrency", "0"}, "--concurrency"},
+	} {
+		srv := testserver.Redis(t)
+		code, _, errOut := runWorker(t, "", append(append(base, "--redis", srv.URL()), tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, errOut, tc.want)
+		}
+	}
+	code, _, errOut := runWorker(t, "", "dead", "retry", "--queue", "cm", "--stream", "s", "--group", "g", "--stdout")
+	if code != 2 || !strings.Contains(errOut, "--all") {
+		t.Errorf("dead retry without --id or --all: %d %s", code, errOut)
+	}
+}
+
+func TestStatus_Table(t *testing.T) {
+	srv := testserver.Redis(t)
+	seedModes(t, srv, "x")
+	runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--block", "50ms", "--", "false")
+	code, out, errOut := runWorker(t, "", "status", "--redis", srv.URL(), "--queue", "cm", "--stream", "events")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, errOut)
+	}
+	for _, want := range []string{"length (XLEN)    1", "group g", "pending                1", "oldest pending", "dead letters           0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
