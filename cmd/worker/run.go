@@ -6,7 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -101,6 +104,7 @@ func openConsumer(c *cli.Context) (*setup, error) {
 		return nil, err
 	}
 	cons.Logger = logger
+	cons.Failpoint = failpointFromEnv(logger)
 	return &setup{target: target, log: logger, consumer: cons, close: func() { rdb.Close() }}, nil
 }
 
@@ -205,4 +209,23 @@ func printSummary(w io.Writer, s *setup, sum stream.Summary) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", line)
 	return err
+}
+
+// failpointFromEnv reads SILT_FAILPOINT=NAME:N (crash tests only): the
+// process kills itself with SIGKILL the Nth time it reaches failpoint NAME.
+func failpointFromEnv(log *slog.Logger) func(string) {
+	spec := os.Getenv("SILT_FAILPOINT")
+	name, nth, ok := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(nth)
+	if spec == "" || !ok || err != nil || n < 1 {
+		return nil
+	}
+	log.Warn("failpoint armed", "name", name, "hit", n)
+	var hits atomic.Int64
+	return func(at string) {
+		if at == name && hits.Add(1) == int64(n) {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
 }

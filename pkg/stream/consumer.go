@@ -32,6 +32,11 @@ type Consumer struct {
 	Payloads     PayloadSource // recovers entries trimmed while pending; nil: dead-letter them
 	Logger       *slog.Logger  // where the run reports what it skips or removes; discard by default
 
+	// Failpoint, when set, is called at named points of each batch
+	// ("after-read", "mid-batch", "after-handle", "after-ack"): crash tests
+	// use it to kill the process exactly there.
+	Failpoint func(name string)
+
 	log   *Log
 	dead  *Log
 	group string
@@ -152,6 +157,12 @@ func (c *Consumer) ForgetStale(ctx context.Context) (int64, error) {
 		}
 	}
 	return removed, nil
+}
+
+func (c *Consumer) failpoint(name string) {
+	if c.Failpoint != nil {
+		c.Failpoint(name)
+	}
 }
 
 // isNil reports whether err is go-redis's "no reply" (an empty read).

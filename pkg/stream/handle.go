@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,8 @@ type job struct {
 	fate   fate
 	err    error
 	reason string // why it is dead-lettered
+
+	finished atomic.Bool // the handler returned; err is set
 }
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
@@ -44,12 +47,16 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	if err != nil {
 		return err
 	}
+	r.c.failpoint("after-read")
 	r.prepare(wctx, jobs)
 	if err := r.dedupe(wctx, jobs); err != nil {
 		return err
 	}
 	r.execute(ctx, jobs)
-	return r.settle(wctx, jobs)
+	r.c.failpoint("after-handle")
+	err = r.settle(wctx, jobs)
+	r.c.failpoint("after-ack")
+	return err
 }
 
 // jobs builds the batch's deliveries with their server-side delivery counts.
@@ -177,63 +184,56 @@ func (r *run) doneKey(j *job) string {
 	return r.c.log.ks.Done(r.c.log.name, r.c.group, j.d.ID.String())
 }
 
-// execute runs the handlers, at most Concurrency at a time. Once ctx is
-// cancelled no handler starts; running ones get Grace, then their context is
-// cancelled and the run stops waiting: they are abandoned (left pending).
+// execute runs the handlers, at most Concurrency at a time, in batch order.
+// Once ctx is cancelled no handler starts; running ones get Grace, then their
+// context is cancelled and the run stops waiting: unfinished jobs are
+// abandoned (left pending).
 func (r *run) execute(ctx context.Context, jobs []*job) {
+	var runnable []*job
+	for _, j := range jobs {
+		if j.fate == fateRun {
+			runnable = append(runnable, j)
+		}
+	}
+	if len(runnable) == 0 {
+		return
+	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	graceOver := make(chan struct{})
-	var once sync.Once
 	stop := context.AfterFunc(ctx, func() {
-		time.AfterFunc(r.c.Grace, func() { once.Do(func() { close(graceOver) }); hcancel() })
+		time.AfterFunc(r.c.Grace, func() { close(graceOver); hcancel() })
 	})
 	defer stop()
 
-	sem := make(chan struct{}, r.c.Concurrency)
-	done := make(chan *job, len(jobs))
-	running := map[*job]bool{}
-	for _, j := range jobs {
-		if j.fate != fateRun {
-			continue
-		}
-		if !acquire(ctx, sem) {
-			j.fate = fateAbandoned
-			continue
-		}
-		running[j] = true
+	// Workers take jobs by index: no channel operation per delivery.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(r.c.Concurrency, len(runnable)) {
+		wg.Add(1)
 		go func() {
-			defer func() { <-sem }()
-			j.err = call(hctx, r.h, j.d)
-			done <- j
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(runnable)) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				j := runnable[i]
+				j.err = call(hctx, r.h, j.d)
+				r.c.failpoint("mid-batch")
+				j.finished.Store(true)
+			}
 		}()
 	}
-	for len(running) > 0 {
-		select {
-		case j := <-done:
-			delete(running, j)
+	allDone := make(chan struct{})
+	go func() { wg.Wait(); close(allDone) }()
+	select {
+	case <-allDone:
+	case <-graceOver:
+	}
+	for _, j := range runnable {
+		if j.finished.Load() {
 			r.judge(j)
-		case <-graceOver:
-			for j := range running {
-				j.fate = fateAbandoned
-			}
-			return
+		} else {
+			j.fate = fateAbandoned
 		}
 	}
-}
-
-// acquire takes a handler slot unless ctx is cancelled first.
-func acquire(ctx context.Context, sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	}
-	if ctx.Err() != nil { // both were ready and select chose the slot
-		<-sem
-		return false
-	}
-	return true
 }
 
 // call runs the handler, turning a panic into a *PanicError.
@@ -286,8 +286,14 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 		}
 	}
 	if len(acks) > 0 {
-		pipe.XAck(ctx, r.c.log.key, r.c.group, acks...)
-		if _, err := pipe.Exec(ctx); err != nil {
+		var err error
+		if r.c.DedupeTTL > 0 { // markers first, then the ack, in one round trip
+			pipe.XAck(ctx, r.c.log.key, r.c.group, acks...)
+			_, err = pipe.Exec(ctx)
+		} else {
+			err = r.c.log.rdb.XAck(ctx, r.c.log.key, r.c.group, acks...).Err()
+		}
+		if err != nil {
 			return fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, err)
 		}
 		r.sum.Acked += int64(len(acks))

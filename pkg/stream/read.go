@@ -98,7 +98,10 @@ func (l *Log) decode(msg redis.XMessage) (Entry, error) {
 	e.Fields = make(Fields, len(msg.Values))
 	raw, hasID := "", false
 	for k, v := range msg.Values {
-		s := fmt.Sprint(v)
+		s, ok := v.(string)
+		if !ok {
+			s = fmt.Sprint(v)
+		}
 		if k == IDField {
 			raw, hasID = s, true
 			continue

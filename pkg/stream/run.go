@@ -171,12 +171,13 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 		waitUntil = r.deadline
 	}
 	for {
-		step := min(time.Until(waitUntil), blockStep, r.c.ClaimEvery)
-		if step < time.Millisecond {
-			return 0, nil
+		// Always read once; block only while there is time left to wait.
+		block := min(time.Until(waitUntil), blockStep, r.c.ClaimEvery-time.Since(r.lastBeat))
+		if block < time.Millisecond {
+			block = -1 // no BLOCK: answer at once
 		}
 		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: step,
+			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block,
 		}).Result()
 		if err != nil && !isNil(err) {
 			if ctx.Err() != nil {
@@ -188,7 +189,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			msgs := res[0].Messages
 			return len(msgs), r.handle(ctx, msgs, nil, fromNew)
 		}
-		if ctx.Err() != nil || time.Since(r.lastBeat) >= r.c.ClaimEvery {
+		if block < 0 || ctx.Err() != nil || time.Since(r.lastBeat) >= r.c.ClaimEvery {
 			return 0, nil
 		}
 	}

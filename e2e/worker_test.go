@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/testserver"
+)
+
+const streamKey = "emq:{cm}:stream:events"
+
+// feed appends n entries with worker append and returns their branded ids.
+func feed(t *testing.T, env []string, n int) []string {
+	t.Helper()
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, `{"n":"%d"}`+"\n", i)
+	}
+	ids := strings.Fields(silt(t, in.String(), env, "worker", "append"))
+	if len(ids) != n {
+		t.Fatalf("appended %d, want %d", len(ids), n)
+	}
+	return ids
+}
+
+// recordingHandler is an exec handler that appends each delivery's JSON to
+// file before the worker acks it (one short write, atomic with O_APPEND).
+func recordingHandler(file string) []string {
+	return []string{"--", "sh", "-c", `read -r line; echo "$line" >> "` + file + `"`}
+}
+
+// handled reads the recorder file: how often each id was handled.
+func handled(t *testing.T, file string) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return counts
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue // a handler whose worker died before it wrote the delivery
+		}
+		var d struct{ ID string }
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+			t.Fatalf("recorder line %q: %v", sc.Text(), err)
+		}
+		counts[d.ID]++
+	}
+	return counts
+}
+
+// startWorker starts `worker run` as a child process.
+func startWorker(t *testing.T, env []string, args ...string) (*exec.Cmd, *strings.Builder, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "worker"), append([]string{"run"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &out, &errOut
+}
+
+func killedBySignal(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
+
+// checkAtLeastOnce runs one clean worker, then checks that every id was
+// handled at least once and that nothing is pending. It returns duplicates.
+func checkAtLeastOnce(t *testing.T, srv *testserver.RedisServer, env []string, ids []string, rec string) int {
+	t.Helper()
+	silt(t, "", env, "worker", append([]string{"run", "--consumer", "final", "--min-idle", "1ms", "--block", "300ms"}, recordingHandler(rec)...)...)
+	counts := handled(t, rec)
+	lost, dups := 0, 0
+	for _, id := range ids {
+		if counts[id] == 0 {
+			lost++
+		}
+		dups += max(counts[id]-1, 0)
+	}
+	pending := srv.Client(t).XPending(context.Background(), streamKey, "g").Val().Count
+	t.Logf("entries %d, handled %d distinct, lost %d, duplicates %d, pending %d", len(ids), len(counts), lost, dups, pending)
+	if lost != 0 || pending != 0 || len(counts) != len(ids) {
+		t.Fatalf("lost %d, pending %d, distinct handled %d of %d", lost, pending, len(counts), len(ids))
+	}
+	return dups
+}
+
+// TestWorker_CrashAtEachPoint kills the worker with SIGKILL at each point of
+// a batch; one clean run afterwards must leave nothing lost and nothing pending.
+func TestWorker_CrashAtEachPoint(t *testing.T) {
+	for _, point := range []string{"after-read", "mid-batch", "after-handle", "after-ack"} {
+		t.Run(point, func(t *testing.T) {
+			srv := testserver.Redis(t)
+			env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+			ids := feed(t, env, 200)
+			rec := filepath.Join(t.TempDir(), "handled")
+			cmd, _, errOut := startWorker(t, append(env, "SILT_FAILPOINT="+point+":2"),
+				append([]string{"--consumer", "w1", "--count", "50", "--block", "200ms"}, recordingHandler(rec)...)...)
+			if err := cmd.Wait(); !killedBySignal(err, syscall.SIGKILL) {
+				t.Fatalf("worker was not killed at %s: %v\n%s", point, err, errOut)
+			}
+			dups := checkAtLeastOnce(t, srv, env, ids, rec)
+			if point == "after-handle" && dups == 0 {
+				t.Fatal("a kill between handle and ack must redeliver what was handled")
+			}
+		})
+	}
+}
+
+// TestWorker_RandomKills kills workers at random moments while they work
+// through a large feed with two consumer names, then runs one clean worker.
+func TestWorker_RandomKills(t *testing.T) {
+	entries, kills := 20000, 20
+	if testing.Short() {
+		entries, kills = 2000, 5
+	}
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	ids := feed(t, env, entries)
+	rec := filepath.Join(t.TempDir(), "handled")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	killed := 0
+	for i := range kills {
+		name := []string{"w1", "w2"}[i%2]
+		cmd, _, errOut := startWorker(t, env, append([]string{"--consumer", name, "--count", "100", "--concurrency", "4",
+			"--min-idle", "300ms", "--block", "200ms"}, recordingHandler(rec)...)...)
+		time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		if err := cmd.Wait(); killedBySignal(err, syscall.SIGKILL) {
+			killed++
+		} else if err != nil {
+			t.Fatalf("worker %d failed: %v\n%s", i, err, errOut)
+		}
+	}
+	t.Logf("%d of %d workers killed mid-run", killed, kills)
+	checkAtLeastOnce(t, srv, env, ids, rec)
+}
+
+// TestWorker_SIGTERMMidBatch: in-flight handlers finish within the grace
+// period, nothing unhandled is acked, the rest stays pending, exit code 0.
+func TestWorker_SIGTERMMidBatch(t *testing.T) {
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	feed(t, env, 20)
+	rec := filepath.Join(t.TempDir(), "handled")
+	cmd, out, errOut := startWorker(t, env, "--consumer", "w1", "--count", "20", "--concurrency", "2", "--grace", "5s",
+		"--", "sh", "-c", `read -r line; sleep 0.3; echo "$line" >> "`+rec+`"`)
+	time.Sleep(800 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker after SIGTERM: %v\n%s", err, errOut)
+	}
+	var sum struct {
+		Acked, Abandoned int64
+		ExitReason       string `json:"exit_reason"`
+	}
+	json.Unmarshal([]byte(strings.TrimSpace(out.String())), &sum)
+	counts := handled(t, rec)
+	rdb := srv.Client(t)
+	pending := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: streamKey, Group: "g", Start: "-", End: "+", Count: 100}).Val()
+	pendingIDs := map[string]bool{}
+	for _, p := range pending {
+		pendingIDs[p.ID] = true
+	}
+	// Every entry not pending was acked; every acked entry must have been handled.
+	for _, m := range rdb.XRange(context.Background(), streamKey, "-", "+").Val() {
+		if !pendingIDs[m.ID] && counts[fmt.Sprint(m.Values["id"])] == 0 {
+			t.Fatalf("entry %s acked but never handled", m.ID)
+		}
+	}
+	if sum.ExitReason != "cancelled" || sum.Acked != int64(len(counts)) || sum.Acked == 0 || len(pending) != 20-len(counts) {
+		t.Fatalf("summary %+v, handled %d, pending %d", sum, len(counts), len(pending))
+	}
+}

@@ -1,0 +1,79 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// BenchmarkConsumer_Ratio compares Consumer.Run with a no-op handler (the
+// whole loop: group, PEL drain, reclaim beat, reads of 100, one pipelined
+// XACK per batch) with a raw go-redis loop of XREADGROUP COUNT 100 and one
+// XACK per batch, over the same stream contents. Goal: ratio >= 0.85.
+//
+//	go test -run '^$' -bench Consumer_Ratio -benchtime 9x ./pkg/stream
+func BenchmarkConsumer_Ratio(b *testing.B) {
+	const entries = 20000
+	rdb := testserver.Redis(b).Client(b)
+	ctx := context.Background()
+	ks, _ := stream.NewKeyspace("", "bench")
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	batch := make([]stream.Fields, entries)
+	for i := range batch {
+		batch[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+	round := 0
+	newGroup := func(tb testing.TB) string {
+		round++
+		g := fmt.Sprintf("g%d", round)
+		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
+			tb.Fatal(err)
+		}
+		return g
+	}
+	silt := func(tb testing.TB) int {
+		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
+		c.Block = 1 // one millisecond: the end of the stream is reached once
+		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
+		if err != nil || sum.Acked != entries {
+			tb.Fatalf("run: %+v %v", sum, err)
+		}
+		return entries
+	}
+	raw := func(tb testing.TB) int {
+		g := newGroup(tb)
+		n := 0
+		for {
+			res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g, Consumer: "w1", Streams: []string{l.Key(), ">"}, Count: 100, Block: -1}).Result()
+			if err == redis.Nil || len(res) == 0 || len(res[0].Messages) == 0 {
+				break
+			}
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ids := make([]string, len(res[0].Messages))
+			for i, m := range res[0].Messages {
+				ids[i] = m.ID
+			}
+			if err := rdb.XAck(ctx, l.Key(), g, ids...).Err(); err != nil {
+				tb.Fatal(err)
+			}
+			n += len(ids)
+		}
+		if n != entries {
+			tb.Fatalf("raw read %d", n)
+		}
+		return n
+	}
+	benchratio.Compare(b, silt, raw)
+}
