@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # silt's main job on the embedded default: a local redis-server (installed and
 # started here unless EMQ_REDIS_URL is set), a small feed appended with
-# `worker append`, and the history read back with `archiver read`.
+# `worker append`, the history read back with `archiver read`, a worker run
+# over a consumer group with one entry dead-lettered, and the group's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +33,13 @@ bin/archiver read --format text
 echo "== archiver read (jsonl), the last two entries"
 last=$(bin/archiver read --format text | tail -n 2 | head -n 1 | cut -d' ' -f1)
 bin/archiver read --from "$last"
+
+echo "== worker run: group 'audit' handles every entry (exec handler), exits when done"
+bin/worker run --group audit --consumer demo-1 --block 500ms \
+	--exec 'doc=$(cat); case "$doc" in *logout*) echo "cannot handle logout" >&2; exit 65;; esac'
+
+echo "== worker dead ls: the entry the handler refused (exit 65) is a dead letter"
+bin/worker dead ls --group audit
+
+echo "== worker status: stream length, pending list, lag, dead letters"
+bin/worker status --group audit

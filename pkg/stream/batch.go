@@ -69,9 +69,20 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.
 			return err
 		}
 		_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			// One backing array for every entry's field/value list.
+			size := 0
+			for _, f := range chunk {
+				size += 2 + 2*len(f)
+			}
+			all := make([]any, 0, size)
 			for i, f := range chunk {
 				ids[i] = l.minter.Mint()
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: ids[i].StreamID.String(), Values: values(ids[i], f)})
+				start := len(all)
+				all = append(all, IDField, ids[i].String())
+				for k, v := range f {
+					all = append(all, k, v)
+				}
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: ids[i].StreamID.String(), Values: all[start:len(all):len(all)]})
 			}
 			if extra != nil {
 				extra(pipe)
