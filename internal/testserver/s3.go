@@ -2,7 +2,9 @@ package testserver
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // S3Server is an S3-compatible server started by scripts/servers.sh.
@@ -32,4 +34,12 @@ func S3(tb testing.TB, name string) S3Server {
 		Absent(tb, name+" ("+prefix+"_ENDPOINT and keys)", `eval "$(scripts/servers.sh start `+name+`)"`)
 	}
 	return s
+}
+
+var unique atomic.Int64
+
+// Unique returns a number not returned before in this process, mixed with the
+// time, for names of buckets and keys shared with other test processes.
+func Unique() int64 {
+	return time.Now().UnixNano()/1000 + unique.Add(1)
 }

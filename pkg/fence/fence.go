@@ -1,0 +1,74 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors of the package. Backends translate their own errors into these.
+var (
+	// ErrExists: Create found the key already there (someone else's object).
+	ErrExists = errors.New("object exists")
+	// ErrNotFound: Get found no object under the key.
+	ErrNotFound = errors.New("object not found")
+	// ErrBadKey: the key is empty, absolute, contains ".." or bytes outside
+	// [A-Za-z0-9._/-], or has an empty segment.
+	ErrBadKey = errors.New("bad key")
+	// ErrBadURL: Open could not make sense of a store URL.
+	ErrBadURL = errors.New("bad store URL")
+	// ErrNoConditionalWrites: the store accepted a second create of one key,
+	// so it cannot fence commits; Open refuses it.
+	ErrNoConditionalWrites = errors.New("store ignores conditional writes (If-None-Match)")
+)
+
+// Store is a create-only object store. Keys are relative slash-separated
+// paths checked by CheckKey; they never escape the store's prefix.
+//
+// Create stores body under key if no object is there and returns nil, or
+// returns ErrExists, leaving the existing object as it was. Readers see either
+// no object or the whole body, never a part. When the outcome of an attempt
+// is unknown (a timeout or a lost reply after which a retry finds the key
+// taken), the backend reads the object back: if it holds body, Create
+// succeeded; otherwise it returns ErrExists.
+//
+// Get returns the object's bytes in r (all of it for the zero Range), or
+// ErrNotFound. List returns up to limit keys that start with prefix and sort
+// after after, in byte order; it is for cold starts and GC, never for the hot
+// path. Delete removes an object (GC only); deleting a missing key is not an
+// error. Every method honours ctx and bounds each request with a timeout.
+type Store interface {
+	Create(ctx context.Context, key string, body []byte) error
+	Get(ctx context.Context, key string, r Range) ([]byte, error)
+	List(ctx context.Context, prefix, after string, limit int) ([]string, error)
+	Delete(ctx context.Context, key string) error
+}
+
+// Range selects bytes [Off, Off+Len) of an object; Len 0 means to the end.
+type Range struct {
+	Off, Len int64
+}
+
+// IsWhole reports whether r selects the whole object.
+func (r Range) IsWhole() bool { return r.Off == 0 && r.Len == 0 }
+
+// CheckKey validates a key. Allowed: non-empty segments of [A-Za-z0-9._-]
+// separated by '/', no segment "." or "..", at most 512 bytes.
+func CheckKey(key string) error {
+	if key == "" || len(key) > 512 {
+		return fmt.Errorf("key %q: %w: empty or longer than 512 bytes", key, ErrBadKey)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("key %q: %w: empty, \".\" or \"..\" segment", key, ErrBadKey)
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("key %q: %w: byte %q", key, ErrBadKey, c)
+			}
+		}
+	}
+	return nil
+}

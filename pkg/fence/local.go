@@ -1,0 +1,196 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// tmpDir is where the local store stages objects before linking them in
+// place; it is skipped by List.
+const tmpDir = ".tmp"
+
+// Local is a Store in a local directory: the embedded default remote.
+// Create writes a temp file, fsyncs it, then link(2)s it to its name, which
+// fails if the name exists, and fsyncs the directory: the whole object
+// appears at once, and only once.
+type Local struct {
+	root string
+}
+
+var _ Store = (*Local)(nil)
+
+// OpenLocal opens (creating if needed) a local store rooted at dir.
+func OpenLocal(dir string) (*Local, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("local store %q: %w: the directory must be absolute", dir, ErrBadURL)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
+		return nil, fmt.Errorf("local store: %w", err)
+	}
+	return &Local{root: dir}, nil
+}
+
+// Root returns the store's directory.
+func (l *Local) Root() string { return l.root }
+
+func (l *Local) path(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(l.root, filepath.FromSlash(key)), nil
+}
+
+// Create implements Store.
+func (l *Local) Create(ctx context.Context, key string, body []byte) error {
+	dst, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	tmp, err := writeTemp(filepath.Join(l.root, tmpDir), body)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, dst); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create %s: %w", key, ErrExists)
+		}
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	if err := syncDir(filepath.Dir(dst)); err != nil {
+		return fmt.Errorf("create %s: sync directory: %w", key, err)
+	}
+	return nil
+}
+
+// writeTemp writes body to a new file in dir and fsyncs it.
+func writeTemp(dir string, body []byte) (string, error) {
+	f, err := os.CreateTemp(dir, "obj-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(body)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Get implements Store.
+func (l *Local) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+	p, err := l.path(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	defer f.Close()
+	if r.IsWhole() {
+		b, err := io.ReadAll(f)
+		if err != nil {
+			return nil, fmt.Errorf("get %s: %w", key, err)
+		}
+		return b, nil
+	}
+	return readRange(f, key, r)
+}
+
+func readRange(f *os.File, key string, r Range) ([]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	if r.Off < 0 || r.Len < 0 || r.Off > st.Size() {
+		return nil, fmt.Errorf("get %s: range %d+%d outside object of %d bytes", key, r.Off, r.Len, st.Size())
+	}
+	n := st.Size() - r.Off
+	if r.Len > 0 {
+		n = min(n, r.Len)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, r.Off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return b, nil
+}
+
+// List implements Store.
+func (l *Local) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	var keys []string
+	err := filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(p, l.root+string(filepath.Separator)))
+		if d.IsDir() {
+			if rel == tmpDir || (p != l.root && !strings.HasPrefix(prefix, rel+"/") && !strings.HasPrefix(rel+"/", prefix)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasPrefix(rel, prefix) && rel > after {
+			keys = append(keys, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	slices.Sort(keys)
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	return keys, nil
+}
+
+// Delete implements Store.
+func (l *Local) Delete(ctx context.Context, key string) error {
+	p, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package fence
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ParseURL reads a store URL into a local directory or an S3Config:
+//
+//	file:///abs/dir
+//	s3://bucket[/prefix]?endpoint=URL&region=R&path-style=true|false
+//
+// Errors wrap ErrBadURL and say which part is wrong.
+func ParseURL(raw string) (dir string, s3cfg *S3Config, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %v", ErrBadURL, redactErr(err))
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return "", nil, fmt.Errorf("%w: file URL with host %q: want file:///absolute/dir", ErrBadURL, u.Host)
+		}
+		if u.Path == "" || !filepath.IsAbs(u.Path) {
+			return "", nil, fmt.Errorf("%w: file URL path %q is not absolute: want file:///absolute/dir", ErrBadURL, u.Path)
+		}
+		return filepath.Clean(u.Path), nil, nil
+	case "s3":
+		cfg, err := parseS3(u)
+		return "", cfg, err
+	case "":
+		return "", nil, fmt.Errorf("%w: %q has no scheme: want file:///dir or s3://bucket/prefix", ErrBadURL, u.Redacted())
+	}
+	return "", nil, fmt.Errorf("%w: unknown scheme %q: want file or s3", ErrBadURL, u.Scheme)
+}
+
+func parseS3(u *url.URL) (*S3Config, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: s3 URL without a bucket: want s3://bucket/prefix", ErrBadURL)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%w: s3 URL with credentials: use the AWS environment variables or a profile", ErrBadURL)
+	}
+	cfg := &S3Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	if cfg.Prefix != "" {
+		if err := CheckKey(cfg.Prefix); err != nil {
+			return nil, fmt.Errorf("%w: s3 prefix: %v", ErrBadURL, err)
+		}
+	}
+	q := u.Query()
+	for k := range q {
+		switch k {
+		case "endpoint", "region", "path-style":
+		default:
+			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style)", ErrBadURL, k)
+		}
+	}
+	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
+	if cfg.Endpoint != "" {
+		ep, err := url.Parse(cfg.Endpoint)
+		if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
+			return nil, fmt.Errorf("%w: endpoint %q is not an http:// or https:// URL", ErrBadURL, cfg.Endpoint)
+		}
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if ps := q.Get("path-style"); ps != "" {
+		b, err := strconv.ParseBool(ps)
+		if err != nil {
+			return nil, fmt.Errorf("%w: path-style=%q is not true or false", ErrBadURL, ps)
+		}
+		cfg.PathStyle = b
+	}
+	return cfg, nil
+}
+
+func redactErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			ue.URL = u.Redacted()
+		} else {
+			ue.URL = "(unparsable URL)"
+		}
+	}
+	return err
+}
+
+// Open opens the store a URL names. With write set it also probes that the
+// store refuses a second create of one key, and refuses to return a store
+// that does not.
+func Open(ctx context.Context, raw string, write bool) (Store, error) {
+	dir, cfg, err := ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	var st Store
+	if cfg != nil {
+		st, err = OpenS3(ctx, *cfg)
+	} else {
+		st, err = OpenLocal(dir)
+	}
+	if err != nil || !write {
+		return st, err
+	}
+	if err := Probe(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Probe creates a random key twice and fails with ErrNoConditionalWrites
+// unless the second create is refused. It removes the probe object after.
+func Probe(ctx context.Context, st Store) error {
+	var b [8]byte
+	rand.Read(b[:])
+	key := "probe/" + hex.EncodeToString(b[:])
+	if err := st.Create(ctx, key, []byte("first")); err != nil {
+		return fmt.Errorf("probe %s: %w", st, err)
+	}
+	defer st.Delete(context.WithoutCancel(ctx), key)
+	err := st.Create(ctx, key, []byte("second"))
+	switch {
+	case err == nil:
+		return fmt.Errorf("probe %s: a second create of %s succeeded: %w; refusing to use it as a commit fence", st, key, ErrNoConditionalWrites)
+	case errors.Is(err, ErrExists):
+		return nil
+	}
+	return fmt.Errorf("probe %s: %w", st, err)
+}
+
+// String names the local store.
+func (l *Local) String() string { return "file://" + l.root }

@@ -1,0 +1,319 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+)
+
+// S3Config says where an S3 store is. Credentials come from the standard AWS
+// chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, ...) unless
+// AccessKey is set.
+type S3Config struct {
+	Bucket    string
+	Prefix    string // key prefix inside the bucket, without a trailing slash
+	Endpoint  string // empty for AWS itself
+	Region    string
+	PathStyle bool
+
+	AccessKey, SecretKey string // optional static credentials (tests)
+
+	Timeout     time.Duration // bound on each request; 30s
+	MaxAttempts int           // SDK attempts per request, retries included; 3
+	HTTPClient  *http.Client  // optional (tests, TLS settings)
+}
+
+// S3 is a Store on an S3-compatible bucket.
+type S3 struct {
+	cfg    S3Config
+	client s3API
+	// ConflictRetries bounds our own retries of 409 ConditionalRequestConflict.
+	ConflictRetries int
+}
+
+var _ Store = (*S3)(nil)
+
+// s3API is the part of the S3 client the store uses.
+type s3API interface {
+	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	HeadObject(context.Context, *s3.HeadObjectInput, ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	ListObjectsV2(context.Context, *s3.ListObjectsV2Input, ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
+	DeleteObject(context.Context, *s3.DeleteObjectInput, ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+}
+
+// hashMeta is the user metadata holding the SHA-256 of an object's body, so
+// an ambiguous create can be resolved with a HEAD.
+const hashMeta = "silt-sha256"
+
+// OpenS3 returns a store on cfg's bucket. It does not touch the network; see
+// Probe for the check that the store honours conditional writes.
+func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("s3 store: %w: no bucket", ErrBadURL)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	opts := []func(*config.LoadOptions) error{config.WithRegion(cfg.Region), config.WithRetryMaxAttempts(cfg.MaxAttempts)}
+	if cfg.AccessKey != "" {
+		opts = append(opts, config.WithCredentialsProvider(staticCredentials{cfg.AccessKey, cfg.SecretKey}))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
+	} else {
+		// A buildable client keeps AWS_CA_BUNDLE and friends working.
+		opts = append(opts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(cfg.Timeout)))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3 store: load AWS config: %w", err)
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		o.UsePathStyle = cfg.PathStyle
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+			// Several S3-compatible stores reject the CRC32 checksums newer
+			// SDKs send by default: send and check them only when required.
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+	})
+	return &S3{cfg: cfg, client: client, ConflictRetries: 5}, nil
+}
+
+type staticCredentials struct{ id, secret string }
+
+func (s staticCredentials) Retrieve(context.Context) (aws.Credentials, error) {
+	return aws.Credentials{AccessKeyID: s.id, SecretAccessKey: s.secret, Source: "silt static"}, nil
+}
+
+// String names the store without credentials: endpoint, bucket and prefix.
+func (s *S3) String() string {
+	ep := s.cfg.Endpoint
+	if ep == "" {
+		ep = "aws"
+	}
+	return fmt.Sprintf("s3://%s/%s (endpoint %s)", s.cfg.Bucket, s.cfg.Prefix, ep)
+}
+
+func (s *S3) objectKey(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	if s.cfg.Prefix == "" {
+		return key, nil
+	}
+	return s.cfg.Prefix + "/" + key, nil
+}
+
+func (s *S3) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+func sum256(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// Create implements Store with PutObject If-None-Match: *. A 409 (a
+// concurrent conditional write in progress) is retried with backoff; a 412
+// is resolved by reading the object's hash back, because an earlier attempt
+// of this very call may have landed before its reply was lost.
+func (s *S3) Create(ctx context.Context, key string, body []byte) error {
+	ok, err := s.objectKey(key)
+	if err != nil {
+		return err
+	}
+	hash := sum256(body)
+	backoff := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := s.put(ctx, ok, body, hash)
+		switch {
+		case err == nil:
+			return nil
+		case isCode(err, http.StatusPreconditionFailed, "PreconditionFailed"):
+			return s.resolve(ctx, key, ok, hash)
+		case isCode(err, http.StatusConflict, "ConditionalRequestConflict") && attempt < s.ConflictRetries:
+			if err := sleep(ctx, backoff); err != nil {
+				return fmt.Errorf("create %s: %w", key, err)
+			}
+			backoff *= 2
+		default:
+			return fmt.Errorf("create %s in %s: %w", key, s, err)
+		}
+	}
+}
+
+func (s *S3) put(ctx context.Context, objectKey string, body []byte, hash string) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(s.cfg.Bucket),
+		Key:           aws.String(objectKey),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		IfNoneMatch:   aws.String("*"),
+		Metadata:      map[string]string{hashMeta: hash},
+	})
+	return err
+}
+
+// resolve decides a 412: the object holds our bytes (an earlier attempt
+// landed) or someone else's.
+func (s *S3) resolve(ctx context.Context, key, objectKey, hash string) error {
+	theirs, err := s.hashOf(ctx, objectKey)
+	if err != nil {
+		return fmt.Errorf("create %s: resolve 412: %w", key, err)
+	}
+	if theirs == hash {
+		return nil
+	}
+	return fmt.Errorf("create %s: %w", key, ErrExists)
+}
+
+// hashOf returns the SHA-256 of an object, from its metadata when it has
+// one, else by reading it.
+func (s *S3) hashOf(ctx context.Context, objectKey string) (string, error) {
+	hctx, cancel := s.timeout(ctx)
+	defer cancel()
+	head, err := s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)})
+	if err != nil {
+		return "", err
+	}
+	if h := head.Metadata[hashMeta]; h != "" {
+		return h, nil
+	}
+	b, err := s.get(ctx, objectKey, Range{})
+	if err != nil {
+		return "", err
+	}
+	return sum256(b), nil
+}
+
+// Get implements Store.
+func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+	ok, err := s.objectKey(key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.get(ctx, ok, r)
+	if isCode(err, http.StatusNotFound, "NoSuchKey") {
+		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s from %s: %w", key, s, err)
+	}
+	return b, nil
+}
+
+func (s *S3) get(ctx context.Context, objectKey string, r Range) ([]byte, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	in := &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
+	if !r.IsWhole() {
+		end := ""
+		if r.Len > 0 {
+			end = fmt.Sprint(r.Off + r.Len - 1)
+		}
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-%s", r.Off, end))
+	}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Body.Close()
+	return io.ReadAll(out.Body)
+}
+
+// List implements Store.
+func (s *S3) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	full := func(k string) string {
+		if s.cfg.Prefix == "" {
+			return k
+		}
+		return s.cfg.Prefix + "/" + k
+	}
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(full(prefix))}
+	if after != "" {
+		in.StartAfter = aws.String(full(after))
+	}
+	var keys []string
+	for {
+		lctx, cancel := s.timeout(ctx)
+		out, err := s.client.ListObjectsV2(lctx, in)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list %s in %s: %w", prefix, s, err)
+		}
+		for _, o := range out.Contents {
+			k := aws.ToString(o.Key)
+			if s.cfg.Prefix != "" {
+				k = strings.TrimPrefix(k, s.cfg.Prefix+"/")
+			}
+			keys = append(keys, k)
+			if limit > 0 && len(keys) == limit {
+				return keys, nil
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextContinuationToken == nil {
+			return keys, nil
+		}
+		in.ContinuationToken = out.NextContinuationToken
+	}
+}
+
+// Delete implements Store.
+func (s *S3) Delete(ctx context.Context, key string) error {
+	ok, err := s.objectKey(key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(ok)})
+	if err != nil && !isCode(err, http.StatusNotFound, "NoSuchKey") {
+		return fmt.Errorf("delete %s from %s: %w", key, s, err)
+	}
+	return nil
+}
+
+// isCode classifies an SDK error by its S3 error code first, then its HTTP status.
+func isCode(err error, status int, code string) bool {
+	if err == nil {
+		return false
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == code {
+		return true
+	}
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == status
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
