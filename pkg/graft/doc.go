@@ -1,5 +1,17 @@
-// Package graft will hold silt's page store: volumes of pages versioned by
-// commits, written as checksummed segment files and replicated behind the
+// Package graft is silt's page store: a volume of pages addressed by uint64
+// page numbers, versioned by commits (LSN 1, 2, ...), stored as checksummed
+// segment files in a local data directory and replicated behind the
 // create-only commit fence of package fence. It knows nothing of Redis.
-// Not built yet: see the fence/graft issue.
+//
+// A commit writes its pages into one segment, uploads the segment under a
+// unique key, then creates commits/<20-digit LSN> with If-None-Match: *.
+// Only a committed segment exists for readers; a writer that loses the race
+// for an LSN gets a *ConflictError carrying the winner's commit, and the
+// volume adopts it. Remote layout under the store's prefix, per volume:
+//
+//	<volume>/segments/<20-digit LSN>-<13-digit unix ms>-<writer>
+//	<volume>/commits/<20-digit LSN>
+//
+// Fixed-width names make listing order LSN order. Local layout under the
+// data directory mirrors it, plus a tmp directory for atomic writes.
 package graft

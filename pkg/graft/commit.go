@@ -1,0 +1,174 @@
+package graft
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+const commitVersion = 1
+
+// Commit is the record that makes one segment's pages visible at an LSN. It
+// is written last, once, create-only, at commits/<20-digit LSN>. Prev is the
+// SHA-256 of the previous commit object, so the commits form a hash chain.
+type Commit struct {
+	Version int               `json:"version"`
+	Volume  string            `json:"volume"`
+	LSN     uint64            `json:"lsn"`
+	Prev    string            `json:"prev"`
+	Segment SegmentRef        `json:"segment"`
+	Ranges  []PageRange       `json:"ranges"` // pages written: sorted, disjoint, inclusive
+	Pages   uint64            `json:"pages"`
+	Meta    map[string]string `json:"meta,omitempty"`
+	Writer  string            `json:"writer"`
+	Time    time.Time         `json:"time"`
+
+	hash string // SHA-256 of the encoded object, set by Encode and DecodeCommit
+}
+
+// SegmentRef names a commit's segment and how to check it.
+type SegmentRef struct {
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// PageRange is an inclusive range of page numbers.
+type PageRange struct {
+	Lo, Hi uint64
+}
+
+// MarshalJSON writes [lo, hi].
+func (r PageRange) MarshalJSON() ([]byte, error) { return json.Marshal([2]uint64{r.Lo, r.Hi}) }
+
+// UnmarshalJSON reads [lo, hi].
+func (r *PageRange) UnmarshalJSON(b []byte) error {
+	var a [2]uint64
+	if err := json.Unmarshal(b, &a); err != nil {
+		return err
+	}
+	r.Lo, r.Hi = a[0], a[1]
+	return nil
+}
+
+// Contains reports whether page no is in r.
+func (r PageRange) Contains(no uint64) bool { return r.Lo <= no && no <= r.Hi }
+
+// Hash returns the SHA-256 (hex) of the commit's encoded object.
+func (c *Commit) Hash() string { return c.hash }
+
+// Contains reports whether the commit wrote page no.
+func (c *Commit) Contains(no uint64) bool {
+	_, found := slices.BinarySearchFunc(c.Ranges, no, func(r PageRange, no uint64) int {
+		switch {
+		case r.Hi < no:
+			return -1
+		case r.Lo > no:
+			return 1
+		}
+		return 0
+	})
+	return found
+}
+
+// Validate checks a commit's structure.
+func (c *Commit) Validate() error {
+	switch {
+	case c.Version > commitVersion:
+		return fmt.Errorf("%w: commit version %d, this build reads up to %d", ErrNewerFormat, c.Version, commitVersion)
+	case c.Version < 1:
+		return fmt.Errorf("%w: commit version %d", ErrCorrupt, c.Version)
+	case c.LSN == 0:
+		return fmt.Errorf("%w: LSN 0", ErrCorrupt)
+	case (c.LSN == 1) != (c.Prev == ""):
+		return fmt.Errorf("%w: LSN %d with prev %q", ErrCorrupt, c.LSN, c.Prev)
+	case c.Segment.Key == "" || c.Segment.SHA256 == "":
+		return fmt.Errorf("%w: no segment", ErrCorrupt)
+	}
+	var n uint64
+	for i, r := range c.Ranges {
+		if r.Hi < r.Lo || i > 0 && r.Lo <= c.Ranges[i-1].Hi {
+			return fmt.Errorf("%w: page ranges not sorted and disjoint at %v", ErrCorrupt, r)
+		}
+		n += r.Hi - r.Lo + 1
+	}
+	if n != c.Pages {
+		return fmt.Errorf("%w: ranges hold %d pages, commit says %d", ErrCorrupt, n, c.Pages)
+	}
+	return nil
+}
+
+// Encode returns the commit object: one JSON line, then "sha256 <hex>" of it.
+func (c *Commit) Encode() ([]byte, error) {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	obj := fmt.Appendf(body, "\nsha256 %s\n", hex.EncodeToString(sum[:]))
+	whole := sha256.Sum256(obj)
+	c.hash = hex.EncodeToString(whole[:])
+	return obj, nil
+}
+
+// DecodeCommit parses and checks a commit object; name is the file or object
+// it came from, for errors.
+func DecodeCommit(name string, obj []byte) (*Commit, error) {
+	body, trailer, ok := bytes.Cut(obj, []byte("\n"))
+	if !ok {
+		return nil, fmt.Errorf("commit %s: %w: no checksum line", name, ErrCorrupt)
+	}
+	var peek struct{ Version int }
+	if err := json.Unmarshal(body, &peek); err == nil && peek.Version > commitVersion {
+		return nil, fmt.Errorf("commit %s: %w: version %d, this build reads up to %d", name, ErrNewerFormat, peek.Version, commitVersion)
+	}
+	sum := sha256.Sum256(body)
+	if string(trailer) != "sha256 "+hex.EncodeToString(sum[:])+"\n" {
+		return nil, fmt.Errorf("commit %s: %w: checksum mismatch", name, ErrCorrupt)
+	}
+	c := new(Commit)
+	if err := json.Unmarshal(body, c); err != nil {
+		return nil, fmt.Errorf("commit %s: %w: %v", name, ErrCorrupt, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("commit %s: %w", name, err)
+	}
+	whole := sha256.Sum256(obj)
+	c.hash = hex.EncodeToString(whole[:])
+	return c, nil
+}
+
+// ConflictError is returned by a commit that lost the race for its LSN. The
+// volume has adopted Winner; the caller re-reads its state and goes on.
+type ConflictError struct {
+	LSN    uint64
+	Winner *Commit
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("commit %d lost the race to writer %s", e.LSN, e.Winner.Writer)
+}
+
+// IsConflict reports whether err is a lost commit race.
+func IsConflict(err error) bool {
+	var ce *ConflictError
+	return errors.As(err, &ce)
+}
+
+// rangesOf compresses sorted page numbers into inclusive ranges.
+func rangesOf(pages []Page) []PageRange {
+	var out []PageRange
+	for _, p := range pages {
+		if n := len(out); n > 0 && out[n-1].Hi+1 == p.No {
+			out[n-1].Hi = p.No
+			continue
+		}
+		out = append(out, PageRange{p.No, p.No})
+	}
+	return out
+}

@@ -1,0 +1,262 @@
+package graft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+)
+
+// Errors of the package.
+var (
+	// ErrCorrupt: a checksum or structural check failed. The error names the
+	// file or object.
+	ErrCorrupt = errors.New("corrupt")
+	// ErrNewerFormat: the file or object was written by a newer format
+	// version; it is refused rather than misread.
+	ErrNewerFormat = errors.New("newer format version")
+	// ErrPageNotFound: no commit up to the requested LSN wrote the page.
+	ErrPageNotFound = errors.New("page not found")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b ...[]byte) uint32 {
+	var c uint32
+	for _, p := range b {
+		c = crc32.Update(c, castagnoli, p)
+	}
+	return c
+}
+
+// Segment file layout (all integers big-endian):
+//
+//	header   magic "SILTSEG\x00", version u16, flags u16, pages u32, lsn u64, crc u32, reserved u32   (32 bytes)
+//	pages    per page: pgno u64, len u32, crc u32 (over pgno, len and data), data
+//	index    per page, ascending pgno: pgno u64, offset of its record u64, len u32
+//	trailer  index offset u64, index length u64, crc u32 (of everything before it), magic "SEGE"  (24 bytes)
+const (
+	segMagic      = "SILTSEG\x00"
+	segVersion    = 1
+	headerSize    = 32
+	pageHeadSize  = 16
+	indexItemSize = 20
+	trailerSize   = 24
+	trailerMagic  = "SEGE"
+)
+
+// SegmentHeader is the fixed-size start of a segment file.
+type SegmentHeader struct {
+	Version uint16
+	Flags   uint16
+	Pages   uint32
+	LSN     uint64
+}
+
+// Validate checks what a header alone can tell.
+func (h SegmentHeader) Validate() error {
+	switch {
+	case h.Version == 0:
+		return fmt.Errorf("%w: version 0", ErrCorrupt)
+	case h.Version > segVersion:
+		return fmt.Errorf("%w: segment version %d, this build reads up to %d", ErrNewerFormat, h.Version, segVersion)
+	case h.LSN == 0:
+		return fmt.Errorf("%w: LSN 0", ErrCorrupt)
+	}
+	return nil
+}
+
+// Page is one page written by a commit.
+type Page struct {
+	No   uint64
+	Data []byte
+}
+
+// indexEntry locates one page record inside a segment.
+type indexEntry struct {
+	No  uint64
+	Off uint64 // of the page record (its 16-byte head)
+	Len uint32 // of the data
+}
+
+// EncodeSegment lays pages (sorted by number, no duplicates) out as a segment of lsn.
+func EncodeSegment(lsn uint64, pages []Page) ([]byte, error) {
+	if !slices.IsSortedFunc(pages, func(a, b Page) int { return cmpU64(a.No, b.No) }) {
+		return nil, errors.New("encode segment: pages not sorted")
+	}
+	size := headerSize + trailerSize + len(pages)*(pageHeadSize+indexItemSize)
+	for _, p := range pages {
+		size += len(p.Data)
+	}
+	buf := make([]byte, headerSize, size)
+	copy(buf, segMagic)
+	binary.BigEndian.PutUint16(buf[8:], segVersion)
+	binary.BigEndian.PutUint32(buf[12:], uint32(len(pages)))
+	binary.BigEndian.PutUint64(buf[16:], lsn)
+	binary.BigEndian.PutUint32(buf[24:], crc(buf[:24]))
+	index := make([]indexEntry, len(pages))
+	for i, p := range pages {
+		if i > 0 && p.No == pages[i-1].No {
+			return nil, fmt.Errorf("encode segment: page %d twice", p.No)
+		}
+		index[i] = indexEntry{No: p.No, Off: uint64(len(buf)), Len: uint32(len(p.Data))}
+		var head [pageHeadSize]byte
+		binary.BigEndian.PutUint64(head[0:], p.No)
+		binary.BigEndian.PutUint32(head[8:], uint32(len(p.Data)))
+		binary.BigEndian.PutUint32(head[12:], crc(head[:12], p.Data))
+		buf = append(buf, head[:]...)
+		buf = append(buf, p.Data...)
+	}
+	indexOff := uint64(len(buf))
+	for _, e := range index {
+		buf = binary.BigEndian.AppendUint64(buf, e.No)
+		buf = binary.BigEndian.AppendUint64(buf, e.Off)
+		buf = binary.BigEndian.AppendUint32(buf, e.Len)
+	}
+	indexLen := uint64(len(buf)) - indexOff
+	buf = binary.BigEndian.AppendUint64(buf, indexOff)
+	buf = binary.BigEndian.AppendUint64(buf, indexLen)
+	buf = binary.BigEndian.AppendUint32(buf, crc(buf))
+	return append(buf, trailerMagic...), nil
+}
+
+// Segment is a decoded, verified segment held in memory.
+type Segment struct {
+	Header SegmentHeader
+	data   []byte
+	index  []indexEntry
+	fetch  func(indexEntry) ([]byte, error) // for remote segments read by range
+}
+
+// DecodeSegment parses and verifies a whole segment: header, trailer
+// checksum, index order and bounds, and every page checksum. name is the
+// file or object it came from, for errors.
+func DecodeSegment(name string, b []byte) (*Segment, error) {
+	fail := func(format string, args ...any) (*Segment, error) {
+		return nil, fmt.Errorf("segment %s: %w: %s", name, ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if len(b) < headerSize+trailerSize {
+		return fail("%d bytes, shorter than header and trailer", len(b))
+	}
+	h, err := decodeHeader(b[:headerSize])
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", name, err)
+	}
+	t := b[len(b)-trailerSize:]
+	if string(t[20:]) != trailerMagic {
+		return fail("bad trailer magic")
+	}
+	if crc(b[:len(b)-trailerSize+16]) != binary.BigEndian.Uint32(t[16:]) {
+		return fail("trailer checksum mismatch")
+	}
+	indexOff, indexLen := binary.BigEndian.Uint64(t[0:]), binary.BigEndian.Uint64(t[8:])
+	if indexOff < headerSize || indexOff+indexLen != uint64(len(b)-trailerSize) || indexLen != uint64(h.Pages)*indexItemSize {
+		return fail("index at %d+%d does not fit %d pages", indexOff, indexLen, h.Pages)
+	}
+	s := &Segment{Header: h, data: b}
+	if s.index, err = decodeIndex(b[indexOff:indexOff+indexLen], indexOff); err != nil {
+		return fail("%v", err)
+	}
+	for _, e := range s.index {
+		if _, err := s.page(e); err != nil {
+			return nil, fmt.Errorf("segment %s: %w", name, err)
+		}
+	}
+	return s, nil
+}
+
+func decodeHeader(b []byte) (SegmentHeader, error) {
+	if string(b[:8]) != segMagic {
+		return SegmentHeader{}, fmt.Errorf("%w: not a segment (bad magic)", ErrCorrupt)
+	}
+	h := SegmentHeader{
+		Version: binary.BigEndian.Uint16(b[8:]),
+		Flags:   binary.BigEndian.Uint16(b[10:]),
+		Pages:   binary.BigEndian.Uint32(b[12:]),
+		LSN:     binary.BigEndian.Uint64(b[16:]),
+	}
+	if h.Version > segVersion { // before the checksum: a newer layout may differ
+		return h, h.Validate()
+	}
+	if crc(b[:24]) != binary.BigEndian.Uint32(b[24:]) {
+		return h, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
+	}
+	return h, h.Validate()
+}
+
+// decodeIndex reads index entries, checking order and that each record lies
+// before the index.
+func decodeIndex(b []byte, limit uint64) ([]indexEntry, error) {
+	idx := make([]indexEntry, len(b)/indexItemSize)
+	for i := range idx {
+		p := b[i*indexItemSize:]
+		e := indexEntry{No: binary.BigEndian.Uint64(p), Off: binary.BigEndian.Uint64(p[8:]), Len: binary.BigEndian.Uint32(p[16:])}
+		if i > 0 && e.No <= idx[i-1].No {
+			return nil, fmt.Errorf("index not ascending at page %d", e.No)
+		}
+		if e.Off < headerSize || e.Off+pageHeadSize+uint64(e.Len) > limit {
+			return nil, fmt.Errorf("page %d record at %d+%d outside the page area", e.No, e.Off, e.Len)
+		}
+		idx[i] = e
+	}
+	return idx, nil
+}
+
+// page returns a page's data after checking its record head and checksum.
+func (s *Segment) page(e indexEntry) ([]byte, error) {
+	return checkPage(s.data[e.Off:e.Off+pageHeadSize+uint64(e.Len)], e)
+}
+
+// checkPage verifies one page record (head and data) against its index entry.
+func checkPage(rec []byte, e indexEntry) ([]byte, error) {
+	if len(rec) != pageHeadSize+int(e.Len) {
+		return nil, fmt.Errorf("%w: page %d: record of %d bytes, want %d", ErrCorrupt, e.No, len(rec), pageHeadSize+int(e.Len))
+	}
+	no, n := binary.BigEndian.Uint64(rec), binary.BigEndian.Uint32(rec[8:])
+	data := rec[pageHeadSize:]
+	if no != e.No || n != e.Len || crc(rec[:12], data) != binary.BigEndian.Uint32(rec[12:]) {
+		return nil, fmt.Errorf("%w: page %d checksum mismatch", ErrCorrupt, e.No)
+	}
+	return data, nil
+}
+
+// Get returns page no's data, or nil and false if the segment lacks it.
+func (s *Segment) Get(no uint64) ([]byte, bool) {
+	data, err := s.Lookup(no)
+	return data, err == nil && data != nil
+}
+
+// Lookup returns page no's data, nil if the segment lacks it, or the error
+// of fetching it (remote segments read by range).
+func (s *Segment) Lookup(no uint64) ([]byte, error) {
+	i, ok := slices.BinarySearchFunc(s.index, no, func(e indexEntry, no uint64) int { return cmpU64(e.No, no) })
+	if !ok {
+		return nil, nil
+	}
+	if s.fetch != nil {
+		return s.fetch(s.index[i])
+	}
+	data, err := s.page(s.index[i]) // verified at decode; checked again for safety
+	return bytes.Clone(data), err
+}
+
+// Pages returns the page numbers the segment holds, ascending.
+func (s *Segment) Pages() []uint64 {
+	out := make([]uint64, len(s.index))
+	for i, e := range s.index {
+		out[i] = e.No
+	}
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,346 @@
+package graft
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// Volume is one named page store: local files under a data directory,
+// replicated to a fence.Store. It is safe for concurrent use; commits are
+// serialised.
+type Volume struct {
+	// Failpoint, when set, is called at named steps of a commit
+	// ("segment-written", "segment-uploaded", "commit-put", "head-updated"):
+	// crash tests kill the process there.
+	Failpoint func(step string)
+	// CacheWholeBelow: a remote segment up to this size is fetched whole and
+	// cached locally on first read; larger ones are read with range GETs.
+	CacheWholeBelow int64
+
+	name   string
+	dir    string // local directory of this volume
+	store  fence.Store
+	writer string
+
+	mu      sync.Mutex
+	commits []*Commit // index i holds LSN i+1
+	cache   map[string]*Segment
+}
+
+// Open opens volume name with local files under dataDir and the remote in
+// store, then refreshes from the remote: the remote's latest commit is the
+// truth. The name must be a valid fence key segment.
+func Open(ctx context.Context, dataDir, name string, store fence.Store) (*Volume, error) {
+	if err := fence.CheckKey(name); err != nil || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("volume name %q: must be one key segment of [A-Za-z0-9._-]", name)
+	}
+	v := &Volume{
+		CacheWholeBelow: 16 << 20,
+		name:            name,
+		dir:             filepath.Join(dataDir, name),
+		store:           store,
+		writer:          randomID(),
+		cache:           map[string]*Segment{},
+	}
+	for _, d := range []string{"segments", "commits", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("open volume %s: %w", name, err)
+		}
+	}
+	if err := v.loadLocal(); err != nil {
+		return nil, err
+	}
+	if err := v.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func randomID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Name returns the volume's name.
+func (v *Volume) Name() string { return v.name }
+
+// Writer returns this handle's writer id, recorded in its commits.
+func (v *Volume) Writer() string { return v.writer }
+
+func lsnName(lsn uint64) string { return fmt.Sprintf("%020d", lsn) }
+
+func (v *Volume) commitKey(lsn uint64) string { return v.name + "/commits/" + lsnName(lsn) }
+
+func (v *Volume) localCommit(lsn uint64) string {
+	return filepath.Join(v.dir, "commits", lsnName(lsn))
+}
+
+func (v *Volume) localSegment(key string) string {
+	return filepath.Join(v.dir, "segments", filepath.Base(key))
+}
+
+// loadLocal reads the local commit files in LSN order, stopping at the first
+// gap; a local file that fails its checksum is an error naming it.
+func (v *Volume) loadLocal() error {
+	names, err := os.ReadDir(filepath.Join(v.dir, "commits"))
+	if err != nil {
+		return fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	for _, e := range names {
+		lsn, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err != nil || lsn != uint64(len(v.commits))+1 {
+			break
+		}
+		path := filepath.Join(v.dir, "commits", e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("open volume %s: %w", v.name, err)
+		}
+		c, err := DecodeCommit(path, b)
+		if err != nil {
+			return fmt.Errorf("open volume %s: %w", v.name, err)
+		}
+		if err := v.link(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// link appends c to the chain after checking its LSN and prev hash.
+func (v *Volume) link(c *Commit) error {
+	want := uint64(len(v.commits)) + 1
+	prev := ""
+	if want > 1 {
+		prev = v.commits[want-2].Hash()
+	}
+	switch {
+	case c.LSN != want:
+		return fmt.Errorf("volume %s: commit %d where %d was expected: %w", v.name, c.LSN, want, ErrCorrupt)
+	case c.Prev != prev:
+		return fmt.Errorf("volume %s: commit %d does not chain to commit %d (prev %.12s, want %.12s): %w", v.name, c.LSN, want-1, c.Prev, prev, ErrCorrupt)
+	case c.Volume != v.name:
+		return fmt.Errorf("volume %s: commit %d belongs to volume %q: %w", v.name, c.LSN, c.Volume, ErrCorrupt)
+	}
+	v.commits = append(v.commits, c)
+	return nil
+}
+
+// Head returns the latest LSN known (0 for an empty volume).
+func (v *Volume) Head() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return uint64(len(v.commits))
+}
+
+// Latest returns the latest commit, or nil for an empty volume.
+func (v *Volume) Latest() *Commit {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.commits) == 0 {
+		return nil
+	}
+	return v.commits[len(v.commits)-1]
+}
+
+// Commits returns the commits from LSN from on (1 for all).
+func (v *Volume) Commits(from uint64) []*Commit {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if from < 1 {
+		from = 1
+	}
+	if from > uint64(len(v.commits)) {
+		return nil
+	}
+	return slices.Clone(v.commits[from-1:])
+}
+
+// Refresh adopts commits the remote has beyond the local head. With a local
+// head it probes forward (GET head+1, head+2, ... until not found); on a cold
+// start it lists the remote commits once.
+func (v *Volume) Refresh(ctx context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.refresh(ctx)
+}
+
+func (v *Volume) refresh(ctx context.Context) error {
+	if len(v.commits) == 0 {
+		keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
+		if err != nil {
+			return fmt.Errorf("refresh volume %s: %w", v.name, err)
+		}
+		for _, k := range keys {
+			if err := v.adopt(ctx, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		err := v.adopt(ctx, v.commitKey(uint64(len(v.commits))+1))
+		if errors.Is(err, fence.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// adopt fetches a remote commit, links it, and stores its local copy.
+func (v *Volume) adopt(ctx context.Context, key string) error {
+	b, err := v.store.Get(ctx, key, fence.Range{})
+	if err != nil {
+		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+	}
+	c, err := DecodeCommit(key, b)
+	if err != nil {
+		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+	}
+	if err := v.link(c); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localCommit(c.LSN), b)
+}
+
+// writeFileAtomic writes tmp, fsyncs, renames into place and fsyncs the directory.
+func writeFileAtomic(tmpDir, path string, b []byte) error {
+	f, err := os.CreateTemp(tmpDir, "w-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (v *Volume) failpoint(step string) {
+	if v.Failpoint != nil {
+		v.Failpoint(step)
+	}
+}
+
+// Commit writes pages as the next LSN with meta and returns the commit. The
+// steps: segment written locally (fsync), uploaded create-only under a key
+// unique to this writer, then the commit object created with If-None-Match:
+// *, then the local head. Losing the race for the LSN adopts the winner and
+// returns a *ConflictError; nothing of ours becomes visible.
+func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]string) (*Commit, error) {
+	pages = slices.Clone(pages)
+	slices.SortFunc(pages, func(a, b Page) int { return cmpU64(a.No, b.No) })
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	lsn := uint64(len(v.commits)) + 1
+	seg, err := EncodeSegment(lsn, pages)
+	if err != nil {
+		return nil, err
+	}
+	c := v.newCommit(lsn, seg, pages, meta)
+	if err := v.writeSegment(ctx, c.Segment.Key, seg); err != nil {
+		return nil, err
+	}
+	obj, err := c.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := v.store.Create(ctx, v.commitKey(lsn), obj); err != nil {
+		if errors.Is(err, fence.ErrExists) {
+			return nil, v.lost(ctx, lsn)
+		}
+		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, err)
+	}
+	v.failpoint("commit-put")
+	if err := writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localCommit(lsn), obj); err != nil {
+		return nil, err
+	}
+	v.commits = append(v.commits, c)
+	v.failpoint("head-updated")
+	return c, nil
+}
+
+func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string]string) *Commit {
+	sum := sha256.Sum256(seg)
+	now := time.Now().UTC()
+	c := &Commit{
+		Version: commitVersion, Volume: v.name, LSN: lsn,
+		Segment: SegmentRef{
+			Key:  fmt.Sprintf("%s/segments/%s-%013d-%s", v.name, lsnName(lsn), now.UnixMilli(), v.writer),
+			Size: int64(len(seg)), SHA256: hex.EncodeToString(sum[:]),
+		},
+		Ranges: rangesOf(pages), Pages: uint64(len(pages)), Meta: meta, Writer: v.writer, Time: now,
+	}
+	if lsn > 1 {
+		c.Prev = v.commits[lsn-2].Hash()
+	}
+	return c
+}
+
+// writeSegment stores the segment locally and uploads it, both at once:
+// neither is visible to readers until the commit object exists.
+func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte) error {
+	local := make(chan error, 1)
+	go func() {
+		err := writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localSegment(key), seg)
+		if err == nil {
+			v.failpoint("segment-written")
+		}
+		local <- err
+	}()
+	upErr := v.store.Create(ctx, key, seg)
+	if err := <-local; err != nil {
+		return fmt.Errorf("volume %s: %w", v.name, err)
+	}
+	if upErr != nil {
+		return fmt.Errorf("upload segment %s: %w", key, upErr)
+	}
+	v.failpoint("segment-uploaded")
+	return nil
+}
+
+// lost handles a commit race we lost: adopt the remote state and report the winner.
+func (v *Volume) lost(ctx context.Context, lsn uint64) error {
+	if err := v.refresh(ctx); err != nil {
+		return fmt.Errorf("commit %d of volume %s lost a race; adopting the winner: %w", lsn, v.name, err)
+	}
+	if uint64(len(v.commits)) < lsn {
+		return fmt.Errorf("commit %d of volume %s: refused as existing, but not found on refresh", lsn, v.name)
+	}
+	return &ConflictError{LSN: lsn, Winner: v.commits[lsn-1]}
+}

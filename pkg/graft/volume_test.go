@@ -1,0 +1,304 @@
+package graft_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/graft"
+)
+
+// counting wraps a store and counts requests by kind.
+type counting struct {
+	fence.Store
+	creates, gets, lists atomic.Int64
+}
+
+func (c *counting) Create(ctx context.Context, k string, b []byte) error {
+	c.creates.Add(1)
+	return c.Store.Create(ctx, k, b)
+}
+func (c *counting) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, k, r)
+}
+func (c *counting) List(ctx context.Context, p, a string, n int) ([]string, error) {
+	c.lists.Add(1)
+	return c.Store.List(ctx, p, a, n)
+}
+
+func newStore(t *testing.T) *fence.Local {
+	t.Helper()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func openVolume(t *testing.T, dir string, st fence.Store) *graft.Volume {
+	t.Helper()
+	v, err := graft.Open(context.Background(), dir, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func read(t *testing.T, v *graft.Volume, lsn, no uint64) string {
+	t.Helper()
+	b, err := v.ReadAt(context.Background(), lsn, no)
+	if err != nil {
+		t.Fatalf("ReadAt(%d, %d): %v", lsn, no, err)
+	}
+	return string(b)
+}
+
+const archiveBase = 1 << 63
+
+func TestVolume_BusinessAndArchivePagesWithSnapshots(t *testing.T) {
+	st := newStore(t)
+	dir := t.TempDir()
+	v := openVolume(t, dir, st)
+	ctx := context.Background()
+	commit := func(pages ...graft.Page) {
+		t.Helper()
+		if _, err := v.Commit(ctx, pages, map[string]string{"n": fmt.Sprint(v.Head() + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(graft.Page{No: 1, Data: []byte("balance 10")}, graft.Page{No: archiveBase, Data: []byte("rec 0")})
+	commit(graft.Page{No: 1, Data: []byte("balance 20")}, graft.Page{No: 2, Data: []byte("other")}, graft.Page{No: archiveBase + 1, Data: []byte("rec 1")})
+	commit(graft.Page{No: 1, Data: []byte("balance 30")})
+	if got := read(t, v, 3, 1); got != "balance 30" {
+		t.Fatalf("latest business page = %q", got)
+	}
+	if got := read(t, v, 1, 1); got != "balance 10" {
+		t.Fatalf("snapshot 1 = %q", got)
+	}
+	if got := read(t, v, 2, 1); got != "balance 20" {
+		t.Fatalf("snapshot 2 = %q", got)
+	}
+	if got := read(t, v, 3, archiveBase+1); got != "rec 1" {
+		t.Fatalf("archive page = %q", got)
+	}
+	if _, err := v.ReadAt(ctx, 1, 2); !errors.Is(err, graft.ErrPageNotFound) {
+		t.Fatalf("page 2 at LSN 1: %v", err)
+	}
+	if v.Latest().Meta["n"] != "3" {
+		t.Fatalf("meta %v", v.Latest().Meta)
+	}
+	// A fresh data directory opens from the remote alone (cold start).
+	cold := openVolume(t, t.TempDir(), st)
+	if cold.Head() != 3 || read(t, cold, 2, 1) != "balance 20" || read(t, cold, 3, archiveBase) != "rec 0" {
+		t.Fatalf("cold start: head %d", cold.Head())
+	}
+	// The first handle's directory reopens from its local files.
+	again := openVolume(t, dir, st)
+	if again.Head() != 3 || read(t, again, 1, 1) != "balance 10" {
+		t.Fatalf("reopen: head %d", again.Head())
+	}
+}
+
+func TestVolume_RequestsPerCommitAndNoListInSteadyState(t *testing.T) {
+	st := &counting{Store: newStore(t)}
+	dir := t.TempDir()
+	v := openVolume(t, dir, st)
+	v.Commit(context.Background(), []graft.Page{{No: 1, Data: []byte("a")}}, nil)
+	st.creates.Store(0)
+	st.gets.Store(0)
+	st.lists.Store(0)
+	const commits = 20
+	for i := range commits {
+		if _, err := v.Commit(context.Background(), []graft.Page{{No: uint64(i + 2), Data: []byte("x")}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perCommit := float64(st.creates.Load()+st.gets.Load()+st.lists.Load()) / commits
+	t.Logf("requests per commit: %.2f (creates %d, gets %d, lists %d)", perCommit, st.creates.Load(), st.gets.Load(), st.lists.Load())
+	if perCommit > 3 || st.lists.Load() != 0 {
+		t.Fatalf("%.2f requests per commit, %d lists; want <= 3 and 0", perCommit, st.lists.Load())
+	}
+	// Reopening with a local head probes forward instead of listing.
+	st.lists.Store(0)
+	openVolume(t, dir, st)
+	if st.lists.Load() != 0 {
+		t.Fatalf("reopen with a local head listed %d times", st.lists.Load())
+	}
+}
+
+func TestVolume_LostRaceAdoptsWinner(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	a := openVolume(t, t.TempDir(), st)
+	b := openVolume(t, t.TempDir(), st)
+	if _, err := a.Commit(ctx, []graft.Page{{No: 1, Data: []byte("from a")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Commit(ctx, []graft.Page{{No: 1, Data: []byte("from b")}}, nil)
+	var ce *graft.ConflictError
+	if !errors.As(err, &ce) || ce.LSN != 1 || ce.Winner.Writer != a.Writer() {
+		t.Fatalf("b's commit = %v, want a ConflictError naming a's commit", err)
+	}
+	if b.Head() != 1 || read(t, b, 1, 1) != "from a" {
+		t.Fatalf("b did not adopt the winner: head %d", b.Head())
+	}
+	if _, err := b.Commit(ctx, []graft.Page{{No: 2, Data: []byte("b again")}}, nil); err != nil {
+		t.Fatalf("b after adopting: %v", err)
+	}
+}
+
+func TestVolume_ConcurrentWritersNeverCorrupt(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	const writers, each = 4, 10
+	var wg sync.WaitGroup
+	var won, lost atomic.Int64
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range each {
+				_, err := v.Commit(ctx, []graft.Page{{No: uint64(w*100 + i), Data: []byte(fmt.Sprintf("w%d-%d", w, i))}}, nil)
+				switch {
+				case graft.IsConflict(err):
+					lost.Add(1)
+				case err != nil:
+					t.Error(err)
+					return
+				default:
+					won.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v := openVolume(t, t.TempDir(), st)
+	if v.Head() != uint64(won.Load()) {
+		t.Fatalf("head %d, %d commits won", v.Head(), won.Load())
+	}
+	if _, err := v.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d commits won, %d races lost", won.Load(), lost.Load())
+}
+
+func TestVolume_VerifyAndPullRepair(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	v := openVolume(t, dir, st)
+	for i := range 3 {
+		v.Commit(ctx, []graft.Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte('a' + i)}, 100)}}, nil)
+	}
+	if rep, err := v.VerifyRemote(ctx); err != nil || rep.Commits != 3 || rep.Pages != 3 {
+		t.Fatalf("VerifyRemote: %+v %v", rep, err)
+	}
+	if _, err := v.VerifyLocal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Corrupt the local copy of commit 2's segment.
+	seg := v.Commits(2)[0].Segment.Key
+	local := filepath.Join(dir, "vol", "segments", filepath.Base(seg))
+	flip(t, local, 50)
+	v2 := openVolume(t, dir, st)
+	if _, err := v2.VerifyLocal(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), local) {
+		t.Fatalf("VerifyLocal of a corrupt file = %v, want it named", err)
+	}
+	if _, err := v2.Read(ctx, 1); !errors.Is(err, graft.ErrCorrupt) {
+		t.Fatalf("Read of a corrupt page = %v", err)
+	}
+	if _, err := v2.Pull(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v2.VerifyLocal(ctx); err != nil {
+		t.Fatalf("after Pull: %v", err)
+	}
+	if got := read(t, v2, 3, 1); got != strings.Repeat("b", 100) {
+		t.Fatalf("after Pull page 1 = %q", got)
+	}
+	// Corrupt the remote object: VerifyRemote names it.
+	flip(t, filepath.Join(st.Root(), filepath.FromSlash(seg)), 60)
+	if _, err := v2.VerifyRemote(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), seg) {
+		t.Fatalf("VerifyRemote of a corrupt object = %v, want it named", err)
+	}
+}
+
+func flip(t *testing.T, path string, at int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[at] ^= 0xff
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVolume_GCRemovesOnlyOrphans(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	a := openVolume(t, t.TempDir(), st)
+	b := openVolume(t, t.TempDir(), st)
+	a.Commit(ctx, []graft.Page{{No: 1, Data: []byte("a")}}, nil)
+	b.Commit(ctx, []graft.Page{{No: 1, Data: []byte("b")}}, nil) // loses: its segment is an orphan
+	segs, _ := st.List(ctx, "vol/segments/", "", 0)
+	if len(segs) != 2 {
+		t.Fatalf("%d segments before GC", len(segs))
+	}
+	if n, err := a.GC(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("GC within the grace period removed %d, %v", n, err)
+	}
+	if n, err := a.GC(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("GC removed %d, %v; want the one orphan", n, err)
+	}
+	if _, err := a.VerifyRemote(ctx); err != nil {
+		t.Fatalf("after GC: %v", err)
+	}
+}
+
+func TestVolume_LargeRemoteSegmentReadByRange(t *testing.T) {
+	st := &counting{Store: newStore(t)}
+	ctx := context.Background()
+	w := openVolume(t, t.TempDir(), st)
+	var pages []graft.Page
+	for i := range 100 {
+		pages = append(pages, graft.Page{No: archiveBase + uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 1000)})
+	}
+	if _, err := w.Commit(ctx, pages, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := openVolume(t, t.TempDir(), st)
+	r.CacheWholeBelow = 1000
+	st.gets.Store(0)
+	got := read(t, r, 1, archiveBase+42)
+	if got != string(bytes.Repeat([]byte{42}, 1000)) {
+		t.Fatal("wrong page")
+	}
+	if n := st.gets.Load(); n != 3 {
+		t.Fatalf("%d GETs for one page of a large remote segment, want 3 (trailer, index, page)", n)
+	}
+}
+
+func TestOpen_BadName(t *testing.T) {
+	for _, name := range []string{"", "a/b", "..", "a b"} {
+		if _, err := graft.Open(context.Background(), t.TempDir(), name, newStore(t)); err == nil {
+			t.Errorf("Open(%q) succeeded", name)
+		}
+	}
+}
