@@ -141,6 +141,17 @@ func (s StreamID) Next() (StreamID, bool) {
 	return s, false
 }
 
+// Prev returns the largest stream id before s, and false if s is 0-0.
+func (s StreamID) Prev() (StreamID, bool) {
+	switch {
+	case s.Seq > 0:
+		return StreamID{s.MS, s.Seq - 1}, true
+	case s.MS > 0:
+		return StreamID{s.MS - 1, MaxSeq}, true
+	}
+	return s, false
+}
+
 // Time returns the stream id's milliseconds as a UTC time.
 func (s StreamID) Time() time.Time { return time.UnixMilli(int64(s.MS)).UTC() }
 

@@ -143,6 +143,9 @@ func (r *run) recover(ctx context.Context, j *job) {
 	case errors.Is(err, ErrPayloadNotFound):
 		j.reason = "payload trimmed and not in the archive"
 		r.sum.PayloadLost++
+	case errors.Is(err, ErrMalformed):
+		j.reason, j.d.ID, j.d.Fields = "malformed entry (recovered from the archive): "+err.Error(), id, fields
+		r.sum.Malformed++
 	case err != nil:
 		j.fate, j.err = fatePending, fmt.Errorf("recover payload of %s: %w", j.d.StreamID, err)
 	default:

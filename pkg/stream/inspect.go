@@ -44,6 +44,27 @@ type ConsumerStatus struct {
 	IdleSeconds float64 `json:"idle_seconds"`
 }
 
+// Info is what XINFO STREAM says of a stream's size.
+type Info struct {
+	Length          int64
+	EntriesAdded    int64
+	FirstID, LastID string
+	LastGeneratedID string
+}
+
+// Info returns the stream's length and counters; a missing stream has zeros.
+func (l *Log) Info(ctx context.Context) (Info, error) {
+	info, err := l.rdb.XInfoStream(ctx, l.key).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return Info{}, nil
+		}
+		return Info{}, fmt.Errorf("xinfo stream %s: %w", l.key, err)
+	}
+	return Info{Length: info.Length, EntriesAdded: info.EntriesAdded, FirstID: info.FirstEntry.ID,
+		LastID: info.LastEntry.ID, LastGeneratedID: info.LastGeneratedID}, nil
+}
+
 // Inspect reports the stream's status and that of its groups (only group
 // when it is not empty). A missing stream is reported with length 0.
 func Inspect(ctx context.Context, l *Log, group string) (StreamStatus, error) {

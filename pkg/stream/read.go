@@ -86,6 +86,48 @@ func (l *Log) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Entry, erro
 	return l.Read(ctx, brand.WindowStart(t0), Last)
 }
 
+// RawEntry is an entry exactly as stored: its stream id and every field,
+// "id" included.
+type RawEntry struct {
+	StreamID brand.StreamID
+	Fields   map[string]string
+}
+
+// ReadRaw returns up to count entries with from <= stream id <= to, as stored.
+func (l *Log) ReadRaw(ctx context.Context, from, to brand.StreamID, count int64) ([]RawEntry, error) {
+	page, err := l.rdb.XRangeN(ctx, l.key, from.String(), to.String(), count).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
+	}
+	out := make([]RawEntry, len(page))
+	for i, msg := range page {
+		sid, err := brand.ParseStreamID(msg.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
+		}
+		f := make(map[string]string, len(msg.Values))
+		for k, v := range msg.Values {
+			s, ok := v.(string)
+			if !ok {
+				s = fmt.Sprint(v)
+			}
+			f[k] = s
+		}
+		out[i] = RawEntry{StreamID: sid, Fields: f}
+	}
+	return out, nil
+}
+
+// Decode checks a raw entry as Read does: the Entry, and a *MalformedError
+// when its "id" field is missing, bad, of another kind or names another id.
+func (l *Log) Decode(raw RawEntry) (Entry, error) {
+	vals := make(map[string]any, len(raw.Fields))
+	for k, v := range raw.Fields {
+		vals[k] = v
+	}
+	return l.decode(redis.XMessage{ID: raw.StreamID.String(), Values: vals})
+}
+
 // decode turns a raw message into an Entry, checking its "id" field against
 // the stream id and the log's kind.
 func (l *Log) decode(msg redis.XMessage) (Entry, error) {

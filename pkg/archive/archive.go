@@ -1,0 +1,123 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/graft"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// Archive is one stream's archive: the live log and its graft volume.
+type Archive struct {
+	// SliceEntries and SliceBytes bound one fold (one commit).
+	SliceEntries int64
+	SliceBytes   int64
+	// Exact trims with XTRIM MINID = instead of ~ (which may keep a few
+	// archived entries longer, never drops an unarchived one).
+	Exact bool
+	// Failpoint, when set, is called at each step boundary of a slice:
+	// "after-fold", graft's "segment-written", "segment-uploaded",
+	// "commit-put", "head-updated", then "after-commit" and "after-trim".
+	Failpoint func(step string)
+
+	log *stream.Log
+	vol *graft.Volume
+}
+
+// VolumeName names the volume of a stream: prefix, queue and stream joined
+// by '.', each with '_' and '.' escaped so that distinct streams never share
+// a volume.
+func VolumeName(ks stream.Keyspace, name string) string {
+	esc := strings.NewReplacer("_", "_5F", ".", "_2E")
+	return esc.Replace(ks.Prefix) + "." + esc.Replace(ks.Queue) + "." + esc.Replace(name)
+}
+
+// Open opens the archive of log's stream with local files under dataDir and
+// the remote in store, refreshed to the remote's latest commit.
+func Open(ctx context.Context, log *stream.Log, dataDir string, store fence.Store) (*Archive, error) {
+	vol, err := graft.Open(ctx, dataDir, VolumeName(log.Keyspace(), log.Name()), store)
+	if err != nil {
+		return nil, err
+	}
+	a := &Archive{SliceEntries: 1000, SliceBytes: 4 << 20, log: log, vol: vol}
+	vol.Failpoint = a.failpoint
+	return a, nil
+}
+
+// Volume returns the archive's graft volume.
+func (a *Archive) Volume() *graft.Volume { return a.vol }
+
+// Log returns the live stream's log.
+func (a *Archive) Log() *stream.Log { return a.log }
+
+func (a *Archive) failpoint(step string) {
+	if a.Failpoint != nil {
+		a.Failpoint(step)
+	}
+}
+
+// state is what the latest commit's metadata says.
+type state struct {
+	W         brand.StreamID // last archived stream id; zero when nothing is
+	Archived  int64          // records archived in all
+	Malformed int64
+	Bytes     int64  // record bytes archived
+	NextPage  uint64 // ordinal of the next record page
+}
+
+// Metadata keys of a commit.
+const (
+	metaW         = "w"
+	metaFirst     = "first"
+	metaArchived  = "archived"
+	metaMalformed = "malformed"
+	metaBytes     = "bytes"
+	metaNextPage  = "next_page"
+)
+
+func stateOf(c *graft.Commit) (state, error) {
+	var s state
+	if c == nil {
+		return s, nil
+	}
+	var err error
+	if s.W, err = brand.ParseStreamID(c.Meta[metaW]); err != nil {
+		return s, fmt.Errorf("volume %s: commit %d: watermark: %w", c.Volume, c.LSN, err)
+	}
+	nums := []struct {
+		key string
+		dst *int64
+	}{{metaArchived, &s.Archived}, {metaMalformed, &s.Malformed}, {metaBytes, &s.Bytes}}
+	for _, n := range nums {
+		if *n.dst, err = strconv.ParseInt(c.Meta[n.key], 10, 64); err != nil {
+			return s, fmt.Errorf("volume %s: commit %d: %s %q: not a number", c.Volume, c.LSN, n.key, c.Meta[n.key])
+		}
+	}
+	if s.NextPage, err = strconv.ParseUint(c.Meta[metaNextPage], 10, 64); err != nil {
+		return s, fmt.Errorf("volume %s: commit %d: next page %q: not a number", c.Volume, c.LSN, c.Meta[metaNextPage])
+	}
+	return s, nil
+}
+
+func (s state) meta(first brand.StreamID) map[string]string {
+	return map[string]string{
+		metaW: s.W.String(), metaFirst: first.String(),
+		metaArchived: strconv.FormatInt(s.Archived, 10), metaMalformed: strconv.FormatInt(s.Malformed, 10),
+		metaBytes: strconv.FormatInt(s.Bytes, 10), metaNextPage: strconv.FormatUint(s.NextPage, 10),
+	}
+}
+
+// Watermark returns the last archived stream id as of the latest commit known
+// (refreshing first), and false when nothing is archived.
+func (a *Archive) Watermark(ctx context.Context) (brand.StreamID, bool, error) {
+	if err := a.vol.Refresh(ctx); err != nil {
+		return brand.StreamID{}, false, err
+	}
+	s, err := stateOf(a.vol.Latest())
+	return s.W, a.vol.Head() > 0, err
+}

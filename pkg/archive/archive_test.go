@@ -1,0 +1,339 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+type env struct {
+	rdb   *redis.Client
+	log   *stream.Log
+	store fence.Store
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	rdb := testserver.Redis(t).Client(t)
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{rdb: rdb, log: l, store: st}
+}
+
+func (e *env) open(t *testing.T) *archive.Archive {
+	t.Helper()
+	a, err := archive.Open(context.Background(), e.log, t.TempDir(), e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (e *env) appendN(t *testing.T, n int) []brand.ID {
+	t.Helper()
+	batch := make([]stream.Fields, n)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i), "pad": "xxxxxxxxxxxxxxxx"}
+	}
+	ids, err := e.log.AppendBatch(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// history reads the merged history and checks it is exactly want, in order.
+func history(t *testing.T, a *archive.Archive, from, to brand.StreamID) (ids []brand.ID, fromArchive int) {
+	t.Helper()
+	for it, err := range a.Read(context.Background(), from, to) {
+		if err != nil && !errors.Is(err, stream.ErrMalformed) {
+			t.Fatalf("read: %v", err)
+		}
+		ids = append(ids, it.ID)
+		if it.Source == archive.SourceArchive {
+			fromArchive++
+		}
+	}
+	return ids, fromArchive
+}
+
+func TestRun_KeepLastFoldsBeforeTrim(t *testing.T) {
+	e := newEnv(t)
+	ids := e.appendN(t, 5000)
+	a := e.open(t)
+	a.SliceEntries, a.Exact = 700, true
+	ctx := context.Background()
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 1000}, func(r archive.Result) {
+		// After every commit: nothing above the watermark has left the stream.
+		w, _ := brand.ParseStreamID(r.W)
+		next, _ := w.Next()
+		live, _ := e.log.ReadRaw(ctx, next, stream.Last, 10000)
+		for _, id := range ids {
+			if id.StreamID.Compare(w) > 0 {
+				if len(live) == 0 || live[0].StreamID != id.StreamID {
+					t.Fatalf("entry %s above the watermark %s is not live", id.StreamID, w)
+				}
+				break
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Archived != 4000 || res.Commits != 6 || res.Trimmed != 4000 || res.W != ids[3999].StreamID.String() {
+		t.Fatalf("result %+v", res)
+	}
+	if n := e.rdb.XLen(ctx, e.log.Key()).Val(); n != 1000 {
+		t.Fatalf("XLEN %d, want 1000", n)
+	}
+	got, fromArchive := history(t, a, stream.First, stream.Last)
+	if len(got) != 5000 || fromArchive != 4000 {
+		t.Fatalf("merged read: %d entries, %d from the archive", len(got), fromArchive)
+	}
+	for i := range got {
+		if got[i] != ids[i] {
+			t.Fatalf("entry %d = %s, want %s", i, got[i], ids[i])
+		}
+	}
+	st, err := a.Status(ctx, t.TempDir())
+	if err != nil || !st.Complete || st.Archived != 4000 || st.LiveUnarchived != 1000 || st.EntriesAdded != 5000 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	// A second run has nothing to do.
+	if res, err := a.Run(ctx, archive.Policy{KeepLast: 1000}, nil); err != nil || res.Archived != 0 {
+		t.Fatalf("second run %+v %v", res, err)
+	}
+}
+
+func TestRun_KeepForAndWindows(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * time.Hour)
+	m := e.log.Minter()
+	m.Now = func() time.Time { return old }
+	oldIDs := e.appendN(t, 300)
+	m.Now = time.Now
+	newIDs := e.appendN(t, 50)
+	a := e.open(t)
+	res, err := a.Run(ctx, archive.Policy{KeepFor: time.Hour}, nil)
+	if err != nil || res.Archived != 300 {
+		t.Fatalf("keep-for: %+v %v", res, err)
+	}
+	got, fromArchive := history(t, a, brand.WindowStart(old), brand.WindowEnd(time.Now()))
+	if len(got) != 350 || fromArchive != 300 || got[300] != newIDs[0] || got[0] != oldIDs[0] {
+		t.Fatalf("window read: %d, %d from archive", len(got), fromArchive)
+	}
+	// A range inside the archive, both edges inclusive.
+	got, _ = history(t, a, oldIDs[10].StreamID, oldIDs[20].StreamID)
+	if len(got) != 11 || got[0] != oldIDs[10] || got[10] != oldIDs[20] {
+		t.Fatalf("archive sub-range: %v", got)
+	}
+	// Get from both sides.
+	for _, id := range []brand.ID{oldIDs[123], newIDs[7]} {
+		it, err := a.Get(ctx, id.StreamID)
+		if err != nil || it.ID != id {
+			t.Fatalf("Get(%s) = %v %v", id, it.ID, err)
+		}
+	}
+}
+
+func TestRun_MalformedArchivedAsIs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.appendN(t, 3)
+	bad := brand.StreamID{MS: ids[2].MS + 1}
+	e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.log.Key(), ID: bad.String(), Values: []string{"id", "garbage", "k", "v"}})
+	e.appendN(t, 2)
+	a := e.open(t)
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 1}, nil)
+	if err != nil || res.Archived != 5 || res.Malformed != 1 {
+		t.Fatalf("run %+v %v", res, err)
+	}
+	var malformed []stream.Entry
+	for it, err := range a.Read(ctx, stream.First, stream.Last) {
+		var me *stream.MalformedError
+		if errors.As(err, &me) {
+			if me.RawID != "garbage" || it.Source != archive.SourceArchive {
+				t.Fatalf("malformed %+v from %s", me, it.Source)
+			}
+			malformed = append(malformed, it.Entry)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(malformed) != 1 || malformed[0].StreamID != bad || malformed[0].Fields["k"] != "v" {
+		t.Fatalf("malformed entries %+v", malformed)
+	}
+}
+
+func TestRun_NoPolicy(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.open(t).Run(context.Background(), archive.Policy{}, nil); !errors.Is(err, archive.ErrNoPolicy) {
+		t.Fatalf("Run without a policy: %v", err)
+	}
+}
+
+func TestRun_ConcurrentArchiversKeepOneHistory(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.appendN(t, 3000)
+	var lost atomic.Int64
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := e.open(t)
+				a.SliceEntries = 50
+				res, err := a.Run(ctx, archive.Policy{KeepLast: int64(2000 - 900*round)}, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				lost.Add(res.LostRaces)
+			}()
+		}
+		wg.Wait()
+	}
+	if lost.Load() == 0 {
+		t.Fatal("no lost race observed: the archivers did not really race")
+	}
+	a := e.open(t)
+	got, fromArchive := history(t, a, stream.First, stream.Last)
+	if len(got) != 3000 || fromArchive != 3000-200 {
+		t.Fatalf("%d entries, %d from the archive", len(got), fromArchive)
+	}
+	for i := range got {
+		if got[i] != ids[i] {
+			t.Fatalf("entry %d = %s, want %s", i, got[i], ids[i])
+		}
+	}
+	if _, err := a.Volume().VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d lost races", lost.Load())
+}
+
+// TestRead_WhileArchiving: random-range merged reads while an archiver
+// commits and trims in a loop and a producer appends: no gap, no duplicate,
+// order kept.
+func TestRead_WhileArchiving(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	ids := e.appendN(t, 2000)
+	go func() { // producer
+		for ctx.Err() == nil {
+			more := e.appendN(t, 20)
+			mu.Lock()
+			ids = append(ids, more...)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	go func() { // archiver
+		a := e.open(t)
+		a.SliceEntries = 37
+		for ctx.Err() == nil {
+			a.Run(ctx, archive.Policy{KeepLast: 100}, nil)
+		}
+	}()
+	reader := e.open(t)
+	rng := rand.New(rand.NewPCG(7, 7))
+	reads := 3000
+	if testing.Short() {
+		reads = 300
+	}
+	fromArchive := 0
+	for r := range reads {
+		mu.Lock()
+		known := ids[:len(ids):len(ids)]
+		mu.Unlock()
+		i := rng.IntN(len(known))
+		j := i + rng.IntN(min(len(known)-i, 400))
+		got, fa := history(t, reader, known[i].StreamID, known[j].StreamID)
+		fromArchive += fa
+		want := known[i : j+1]
+		if len(got) < len(want) {
+			t.Fatalf("read %d [%d, %d]: %d entries, want %d (a gap)", r, i, j, len(got), len(want))
+		}
+		for k := range want {
+			if got[k] != want[k] {
+				t.Fatalf("read %d: entry %d = %s, want %s", r, k, got[k], want[k])
+			}
+		}
+	}
+	if fromArchive == 0 {
+		t.Fatal("no read touched the archive")
+	}
+	t.Logf("%d reads, %d entries from the archive", reads, fromArchive)
+}
+
+func TestPayload_RecoversTrimmedPendingEntries(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.appendN(t, 10)
+	c, _ := stream.NewConsumer(e.log, "g", "w1")
+	c.Block = 50 * time.Millisecond
+	c.EnsureGroup(ctx)
+	// All ten are delivered (so the group does not lag behind the trim), then
+	// the first five are trimmed while pending.
+	e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "w1", Streams: []string{e.log.Key(), ">"}, Count: 10})
+	a := e.open(t)
+	a.Exact = true
+	if _, err := a.Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Payload(ctx, ids[9].StreamID); !errors.Is(err, stream.ErrPayloadNotFound) {
+		t.Fatalf("Payload of a live entry: %v", err)
+	}
+	c.Payloads = a
+	var recovered []brand.ID
+	sum, err := c.Run(ctx, func(_ context.Context, d stream.Delivery) error {
+		if d.Recovered {
+			recovered = append(recovered, d.ID)
+		}
+		return nil
+	})
+	if err != nil || sum.PayloadRecovered != 5 || sum.PayloadLost != 0 || sum.Acked != 10 || sum.Drained != 10 {
+		t.Fatalf("summary %+v %v", sum, err)
+	}
+	if len(recovered) != 5 || recovered[0] != ids[0] {
+		t.Fatalf("recovered %v", recovered)
+	}
+}
+
+func TestVolumeName(t *testing.T) {
+	a, _ := stream.NewKeyspace("emq", "a.b")
+	b, _ := stream.NewKeyspace("emq", "a")
+	if archive.VolumeName(a, "c") == archive.VolumeName(b, "b.c") {
+		t.Fatal("two streams share a volume name")
+	}
+	if got := archive.VolumeName(b, "events"); got != "emq.a.events" {
+		t.Fatalf("VolumeName = %q", got)
+	}
+	if err := fence.CheckKey(archive.VolumeName(a, "x_y")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,215 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/graft"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// Sources of an Item.
+const (
+	SourceArchive = "archive"
+	SourceLive    = "live"
+)
+
+// Item is one entry of the merged history.
+type Item struct {
+	stream.Entry
+	Source string // SourceArchive or SourceLive
+}
+
+// PageSize is how many live entries a merged read fetches at a time.
+const PageSize = 1000
+
+// Read yields every entry with from <= stream id <= to exactly once, in mint
+// order, merging the archive (entries at or below the watermark) and the live
+// stream (entries above it). It is safe while an archiver commits and trims:
+// each live page is read first, then the archive head is refreshed, so any
+// entry missing from the live page was committed before the refresh. A
+// malformed entry is yielded with a *stream.MalformedError; a failure ends the
+// iteration with its error.
+func (a *Archive) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		cursor := from
+		for cursor.Compare(to) <= 0 {
+			live, err := a.log.ReadRaw(ctx, cursor, to, PageSize)
+			if err != nil {
+				yield(Item{}, err)
+				return
+			}
+			w, archived, err := a.Watermark(ctx)
+			if err != nil {
+				yield(Item{}, err)
+				return
+			}
+			if archived && w.Compare(cursor) >= 0 {
+				hi := w
+				if to.Compare(hi) < 0 {
+					hi = to
+				}
+				if !a.readArchive(ctx, cursor, hi, yield) {
+					return
+				}
+				next, ok := hi.Next()
+				if !ok {
+					return
+				}
+				cursor = next
+			}
+			var last brand.StreamID
+			for _, raw := range live {
+				last = raw.StreamID
+				if raw.StreamID.Compare(cursor) < 0 {
+					continue // at or below the watermark: yielded from the archive
+				}
+				e, err := a.log.Decode(raw)
+				if !yield(Item{Entry: e, Source: SourceLive}, err) {
+					return
+				}
+			}
+			if len(live) < PageSize {
+				return // the live stream holds nothing more in range
+			}
+			next, ok := last.Next()
+			if !ok {
+				return
+			}
+			if next.Compare(cursor) > 0 {
+				cursor = next
+			}
+		}
+	}
+}
+
+// ReadWindow yields the entries minted from t0 to t1, both milliseconds included.
+func (a *Archive) ReadWindow(ctx context.Context, t0, t1 time.Time) iter.Seq2[Item, error] {
+	return a.Read(ctx, brand.WindowStart(t0), brand.WindowEnd(t1))
+}
+
+// ReadSince yields the entries minted at or after t0.
+func (a *Archive) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Item, error] {
+	return a.Read(ctx, brand.WindowStart(t0), stream.Last)
+}
+
+// readArchive yields archived records with lo <= id <= hi. It finds the first
+// commit by binary search on the watermarks, then reads segment by segment.
+func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield func(Item, error) bool) bool {
+	commits := a.vol.Commits(1)
+	i, err := firstCommit(commits, lo)
+	if err != nil {
+		return yield(Item{}, err)
+	}
+	for ; i < len(commits); i++ {
+		seg, err := a.vol.Segment(ctx, commits[i])
+		if err != nil {
+			return yield(Item{}, err)
+		}
+		done, ok := a.yieldSegment(seg, commits[i], lo, hi, yield)
+		if !ok || done {
+			return ok
+		}
+	}
+	return true
+}
+
+// firstCommit returns the index of the first commit whose watermark is >= lo.
+func firstCommit(commits []*graft.Commit, lo brand.StreamID) (int, error) {
+	var perr error
+	i, _ := slices.BinarySearchFunc(commits, lo, func(c *graft.Commit, lo brand.StreamID) int {
+		w, err := brand.ParseStreamID(c.Meta[metaW])
+		if err != nil {
+			perr = fmt.Errorf("volume %s: commit %d: watermark: %w", c.Volume, c.LSN, err)
+		}
+		return w.Compare(lo)
+	})
+	return i, perr
+}
+
+// yieldSegment yields one segment's records in [lo, hi]; done is true once a
+// record above hi was seen.
+func (a *Archive) yieldSegment(seg *graft.Segment, c *graft.Commit, lo, hi brand.StreamID, yield func(Item, error) bool) (done, ok bool) {
+	pages := seg.Pages()
+	start, err := firstPage(seg, pages, lo)
+	if err != nil {
+		return true, yield(Item{}, fmt.Errorf("commit %d: %w", c.LSN, err))
+	}
+	for _, no := range pages[start:] {
+		data, err := seg.Lookup(no)
+		if err != nil {
+			return true, yield(Item{}, err)
+		}
+		rec, err := decodeRecord(data)
+		if err != nil {
+			return true, yield(Item{}, fmt.Errorf("segment %s: page %d: %w", c.Segment.Key, no, err))
+		}
+		if rec.StreamID.Compare(hi) > 0 {
+			return true, true
+		}
+		e, err := a.log.Decode(stream.RawEntry{StreamID: rec.StreamID, Fields: rec.Fields})
+		if !yield(Item{Entry: e, Source: SourceArchive}, err) {
+			return true, false
+		}
+	}
+	return false, true
+}
+
+// firstPage finds the first record page with stream id >= lo by binary search.
+func firstPage(seg *graft.Segment, pages []uint64, lo brand.StreamID) (int, error) {
+	var ferr error
+	i, _ := slices.BinarySearchFunc(pages, lo, func(no uint64, lo brand.StreamID) int {
+		data, err := seg.Lookup(no)
+		if err == nil {
+			var sid brand.StreamID
+			if sid, err = streamIDOf(data); err == nil {
+				return sid.Compare(lo)
+			}
+		}
+		ferr = fmt.Errorf("page %d: %w", no, err)
+		return 0
+	})
+	return i, ferr
+}
+
+// Get returns the entry with stream id sid from the live stream or the archive.
+func (a *Archive) Get(ctx context.Context, sid brand.StreamID) (Item, error) {
+	for it, err := range a.Read(ctx, sid, sid) {
+		return it, err
+	}
+	return Item{}, fmt.Errorf("%s: entry %s: %w", a.log.Key(), sid, stream.ErrPayloadNotFound)
+}
+
+// Payload implements stream.PayloadSource: it recovers an entry trimmed from
+// the live stream from the archive.
+func (a *Archive) Payload(ctx context.Context, sid brand.StreamID) (brand.ID, stream.Fields, error) {
+	w, archived, err := a.Watermark(ctx)
+	if err != nil {
+		return brand.ID{}, nil, err
+	}
+	if !archived || sid.Compare(w) > 0 {
+		return brand.ID{}, nil, fmt.Errorf("%s: entry %s is above the watermark: %w", a.log.Key(), sid, stream.ErrPayloadNotFound)
+	}
+	var found *Item
+	var ferr error
+	a.readArchive(ctx, sid, sid, func(it Item, err error) bool {
+		found, ferr = &it, err
+		return false
+	})
+	switch {
+	case found == nil:
+		return brand.ID{}, nil, fmt.Errorf("%s: entry %s not archived: %w", a.log.Key(), sid, stream.ErrPayloadNotFound)
+	case ferr != nil && !errors.Is(ferr, stream.ErrMalformed):
+		return brand.ID{}, nil, ferr
+	case found.StreamID != sid:
+		return brand.ID{}, nil, fmt.Errorf("%s: entry %s not archived: %w", a.log.Key(), sid, stream.ErrPayloadNotFound)
+	}
+	return found.ID, found.Fields, ferr
+}
+
+var _ stream.PayloadSource = (*Archive)(nil)

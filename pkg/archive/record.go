@@ -1,0 +1,131 @@
+package archive
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// RecordBase is the first page number of the archive's reserved range;
+// pages below it are free for other ("business") use of the volume.
+const RecordBase = 1 << 62
+
+// recordVersion is the version byte of every encoded record.
+const recordVersion = 1
+
+// Record flags.
+const (
+	flagMalformed = 1 << iota // the entry's "id" field was missing or bad; archived as is
+)
+
+// Record is one archived stream entry, with every field as stored
+// (the "id" field included).
+type Record struct {
+	StreamID  brand.StreamID
+	Fields    map[string]string
+	Malformed bool
+}
+
+// ErrBadRecord is wrapped by errors decoding a record page.
+var ErrBadRecord = errors.New("bad archive record")
+
+// encodeRecord lays a record out as: version, flags, ms, seq, field count,
+// then length-prefixed names and values (uvarints), names in sorted order.
+func encodeRecord(r Record) []byte {
+	b := make([]byte, 0, 64)
+	flags := byte(0)
+	if r.Malformed {
+		flags |= flagMalformed
+	}
+	b = append(b, recordVersion, flags)
+	b = binary.AppendUvarint(b, r.StreamID.MS)
+	b = binary.AppendUvarint(b, r.StreamID.Seq)
+	b = binary.AppendUvarint(b, uint64(len(r.Fields)))
+	keys := make([]string, 0, len(r.Fields))
+	for k := range r.Fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(r.Fields[k])))
+		b = append(b, r.Fields[k]...)
+	}
+	return b
+}
+
+// decodeRecord parses a record page.
+func decodeRecord(b []byte) (Record, error) {
+	var r Record
+	if len(b) < 2 {
+		return r, fmt.Errorf("%w: %d bytes", ErrBadRecord, len(b))
+	}
+	if b[0] != recordVersion {
+		return r, fmt.Errorf("%w: version %d, this build reads %d", ErrBadRecord, b[0], recordVersion)
+	}
+	r.Malformed = b[1]&flagMalformed != 0
+	d := decoder{b: b[2:]}
+	r.StreamID.MS, r.StreamID.Seq = d.uvarint(), d.uvarint()
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%d fields in %d bytes", n, len(d.b))
+	}
+	r.Fields = make(map[string]string, min(n, 1024))
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := d.bytes()
+		r.Fields[k] = d.bytes()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return r, fmt.Errorf("%w: %v", ErrBadRecord, d.err)
+	}
+	return r, nil
+}
+
+// streamIDOf reads only the stream id of a record page.
+func streamIDOf(b []byte) (brand.StreamID, error) {
+	if len(b) < 2 || b[0] != recordVersion {
+		return brand.StreamID{}, fmt.Errorf("%w: bad header", ErrBadRecord)
+	}
+	d := decoder{b: b[2:]}
+	sid := brand.StreamID{MS: d.uvarint(), Seq: d.uvarint()}
+	return sid, d.err
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("truncated number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("string of %d bytes in %d", n, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
