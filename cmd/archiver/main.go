@@ -25,8 +25,8 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := &cli.App{
 		Name:     "archiver",
-		Usage:    "read a Redis stream's whole history",
-		Commands: []*cli.Command{readCommand()},
+		Usage:    "archive a Redis stream to object storage, trim it, and read its whole history",
+		Commands: []*cli.Command{runCommand(), readCommand(), statusCommand(), verifyCommand(), pullCommand(), gcCommand(), trimCommand()},
 	}
 	return clix.Run(ctx, app, args, stdin, stdout, stderr)
 }

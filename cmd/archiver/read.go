@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -22,8 +23,8 @@ import (
 func readCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "read",
-		Usage: "print the stream's history by id range or time window, one entry per line",
-		Flags: append(clix.CommonFlags(),
+		Usage: "print the stream's whole history (archive and live merged) by id range or time window",
+		Flags: append(append(clix.CommonFlags(), archiveFlags()...),
 			&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},
 			&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive: +, a branded id or <ms>-<seq>"},
 			&cli.StringFlag{Name: "since", Usage: "entries minted at or after TIME (RFC 3339 or Unix ms)"},
@@ -56,34 +57,30 @@ func readAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	logger, err := clix.NewLogger(c, c.App.ErrWriter)
+	e, err := openEnv(c, true, false)
 	if err != nil {
 		return err
 	}
-	rdb, err := clix.OpenRedis(c.Context, c)
+	defer e.close()
+	a, err := e.openArchive(c.Context, target.Stream, "")
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	log, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
-	if err != nil {
-		return err
-	}
-	return printEntries(c, log, from, to, write, logger)
+	return printEntries(c, a, from, to, write, e.log)
 }
 
-func printEntries(c *cli.Context, log *stream.Log, from, to brand.StreamID, write writeFunc, logger *slog.Logger) error {
+func printEntries(c *cli.Context, a *archive.Archive, from, to brand.StreamID, write writeFunc, logger *slog.Logger) error {
 	out := bufio.NewWriterSize(c.App.Writer, 64<<10)
 	defer out.Flush()
-	n, malformed := 0, 0
-	for e, err := range log.Read(c.Context, from, to) {
-		rec := record{ID: e.ID.String(), StreamID: e.StreamID.String(), Fields: e.Fields, Source: "live"}
+	n, malformed, archived := 0, 0, 0
+	for it, err := range a.Read(c.Context, from, to) {
+		rec := record{ID: it.ID.String(), StreamID: it.StreamID.String(), Fields: it.Fields, Source: it.Source}
 		var me *stream.MalformedError
 		switch {
 		case errors.As(err, &me):
 			malformed++
 			rec.ID, rec.Error = me.RawID, me.Reason
-			logger.Warn("malformed entry", "key", me.Key, "stream_id", me.StreamID.String(), "reason", me.Reason)
+			logger.Warn("malformed entry", "key", me.Key, "stream_id", me.StreamID.String(), "reason", me.Reason, "source", it.Source)
 		case err != nil:
 			return fmt.Errorf("read after %d entries: %w", n, err)
 		}
@@ -91,8 +88,11 @@ func printEntries(c *cli.Context, log *stream.Log, from, to brand.StreamID, writ
 			return err
 		}
 		n++
+		if it.Source == archive.SourceArchive {
+			archived++
+		}
 	}
-	logger.Debug("read done", "entries", n, "malformed", malformed)
+	logger.Info("read done", "entries", n, "from_archive", archived, "live", n-archived, "malformed", malformed)
 	return out.Flush()
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,9 @@ import (
 func runArchiver(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
+	if len(args) > 0 && !slices.Contains(args, "--data-dir") {
+		args = append([]string{args[0], "--data-dir", t.TempDir()}, args[1:]...)
+	}
 	code = run(context.Background(), append([]string{"archiver"}, args...), strings.NewReader(""), &out, &errOut)
 	return code, out.String(), errOut.String()
 }

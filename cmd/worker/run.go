@@ -6,10 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -211,21 +208,11 @@ func printSummary(w io.Writer, s *setup, sum stream.Summary) error {
 	return err
 }
 
-// failpointFromEnv reads SILT_FAILPOINT=NAME:N (crash tests only): the
-// process kills itself with SIGKILL the Nth time it reaches failpoint NAME.
+// failpointFromEnv reads SILT_FAILPOINT=NAME:N (crash tests only).
 func failpointFromEnv(log *slog.Logger) func(string) {
-	spec := os.Getenv("SILT_FAILPOINT")
-	name, nth, ok := strings.Cut(spec, ":")
-	n, err := strconv.Atoi(nth)
-	if spec == "" || !ok || err != nil || n < 1 {
-		return nil
+	fp := clix.Failpoint(os.Getenv("SILT_FAILPOINT"))
+	if fp != nil {
+		log.Warn("failpoint armed", "spec", os.Getenv("SILT_FAILPOINT"))
 	}
-	log.Warn("failpoint armed", "name", name, "hit", n)
-	var hits atomic.Int64
-	return func(at string) {
-		if at == name && hits.Add(1) == int64(n) {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
-		}
-	}
+	return fp
 }

@@ -74,11 +74,24 @@ type Target struct {
 
 // ParseTarget validates --prefix, --queue, --stream and --kind.
 func ParseTarget(c *cli.Context) (Target, error) {
-	if c.String(FlagQueue) == "" {
-		return Target{}, Usagef("--queue", "required (or EMQ_QUEUE)")
+	t, err := ParseQueue(c)
+	if err != nil {
+		return t, err
 	}
 	if c.String(FlagStream) == "" {
 		return Target{}, Usagef("--stream", "required (or EMQ_STREAM)")
+	}
+	if err := stream.ValidateName("stream", c.String(FlagStream)); err != nil {
+		return Target{}, Usagef("--stream", "%v", err)
+	}
+	t.Stream = c.String(FlagStream)
+	return t, nil
+}
+
+// ParseQueue validates --prefix, --queue and --kind (Stream stays empty).
+func ParseQueue(c *cli.Context) (Target, error) {
+	if c.String(FlagQueue) == "" {
+		return Target{}, Usagef("--queue", "required (or EMQ_QUEUE)")
 	}
 	if err := stream.ValidateName("prefix", c.String(FlagPrefix)); err != nil {
 		return Target{}, Usagef("--prefix", "%v", err)
@@ -87,16 +100,13 @@ func ParseTarget(c *cli.Context) (Target, error) {
 	if err != nil {
 		return Target{}, Usagef("--queue", "%v", err)
 	}
-	if err := stream.ValidateName("stream", c.String(FlagStream)); err != nil {
-		return Target{}, Usagef("--stream", "%v", err)
-	}
 	kind, err := brand.ParseKind(c.String(FlagKind))
 	if err != nil {
 		if kind, err = brand.RegisterKind(c.String(FlagKind)); err != nil {
 			return Target{}, Usagef("--kind", "%v", err)
 		}
 	}
-	return Target{Keyspace: ks, Stream: c.String(FlagStream), Kind: kind}, nil
+	return Target{Keyspace: ks, Kind: kind}, nil
 }
 
 // Redact returns a Redis or S3 URL with its password replaced, safe to print.

@@ -1,10 +1,15 @@
 package testserver
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // S3Server is an S3-compatible server started by scripts/servers.sh.
@@ -42,4 +47,28 @@ var unique atomic.Int64
 // time, for names of buckets and keys shared with other test processes.
 func Unique() int64 {
 	return time.Now().UnixNano()/1000 + unique.Add(1)
+}
+
+// CreateBucket creates a fresh bucket on s and returns its name.
+func (s S3Server) CreateBucket(tb testing.TB) string {
+	tb.Helper()
+	bucket := fmt.Sprintf("silt-%d", Unique())
+	client := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), UsePathStyle: true,
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, nil
+		})})
+	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		tb.Fatalf("create bucket on %s: %v", s.Name, err)
+	}
+	return bucket
+}
+
+// URL returns the store URL of bucket on s (credentials go in the environment).
+func (s S3Server) URL(bucket, prefix string) string {
+	return fmt.Sprintf("s3://%s/%s?endpoint=%s&region=us-east-1&path-style=true", bucket, prefix, s.Endpoint)
+}
+
+// Env returns the AWS environment variables holding s's credentials.
+func (s S3Server) Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey}
 }

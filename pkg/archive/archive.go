@@ -29,18 +29,29 @@ type Archive struct {
 	vol *graft.Volume
 }
 
+var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")
+
 // VolumeName names the volume of a stream: prefix, queue and stream joined
 // by '.', each with '_' and '.' escaped so that distinct streams never share
 // a volume.
 func VolumeName(ks stream.Keyspace, name string) string {
-	esc := strings.NewReplacer("_", "_5F", ".", "_2E")
-	return esc.Replace(ks.Prefix) + "." + esc.Replace(ks.Queue) + "." + esc.Replace(name)
+	return escaper.Replace(ks.Prefix) + "." + escaper.Replace(ks.Queue) + "." + escaper.Replace(name)
+}
+
+// volumeOf names the volume of a log: a group's dead letters get
+// "<stream volume>.dead.<group>".
+func volumeOf(l *stream.Log) string {
+	v := VolumeName(l.Keyspace(), l.Name())
+	if g := l.DeadGroup(); g != "" {
+		v += ".dead." + escaper.Replace(g)
+	}
+	return v
 }
 
 // Open opens the archive of log's stream with local files under dataDir and
 // the remote in store, refreshed to the remote's latest commit.
 func Open(ctx context.Context, log *stream.Log, dataDir string, store fence.Store) (*Archive, error) {
-	vol, err := graft.Open(ctx, dataDir, VolumeName(log.Keyspace(), log.Name()), store)
+	vol, err := graft.Open(ctx, dataDir, volumeOf(log), store)
 	if err != nil {
 		return nil, err
 	}

@@ -240,23 +240,29 @@ func TestRun_ConcurrentArchiversKeepOneHistory(t *testing.T) {
 func TestRead_WhileArchiving(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel, before the server stops
 	defer cancel()
 	var mu sync.Mutex
 	ids := e.appendN(t, 2000)
+	batch := []stream.Fields{{"k": "v"}, {"k": "w"}}
+	wg.Add(2)
 	go func() { // producer
+		defer wg.Done()
 		for ctx.Err() == nil {
-			more := e.appendN(t, 20)
+			more, _ := e.log.AppendBatch(ctx, batch)
 			mu.Lock()
 			ids = append(ids, more...)
 			mu.Unlock()
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
 	}()
-	go func() { // archiver
-		a := e.open(t)
-		a.SliceEntries = 37
+	archiver := e.open(t)
+	archiver.SliceEntries = 37
+	go func() {
+		defer wg.Done()
 		for ctx.Err() == nil {
-			a.Run(ctx, archive.Policy{KeepLast: 100}, nil)
+			archiver.Run(ctx, archive.Policy{KeepLast: 100}, nil)
 		}
 	}()
 	reader := e.open(t)

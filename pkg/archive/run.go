@@ -60,8 +60,18 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (Result,
 	if err := a.trim(ctx, st, &res); err != nil {
 		return res, err
 	}
+	// One run archives up to the stream's top as it is now; what producers
+	// append meanwhile waits for the next run, so a run always ends.
+	info, err := a.log.Info(ctx)
+	if err != nil {
+		return res, err
+	}
+	top, err := brand.ParseStreamID(info.LastGeneratedID)
+	if err != nil && info.LastGeneratedID != "" {
+		return res, fmt.Errorf("archive %s: last-generated-id: %w", a.log.Key(), err)
+	}
 	for ctx.Err() == nil {
-		slice, err := a.nextSlice(ctx, p, st)
+		slice, err := a.nextSlice(ctx, p, st, top)
 		if err != nil || len(slice) == 0 {
 			return res, err
 		}
@@ -82,12 +92,12 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (Result,
 
 // nextSlice returns the next entries to fold: after W, inside the policy,
 // at most SliceEntries and about SliceBytes.
-func (a *Archive) nextSlice(ctx context.Context, p Policy, st state) ([]stream.RawEntry, error) {
+func (a *Archive) nextSlice(ctx context.Context, p Policy, st state, top brand.StreamID) ([]stream.RawEntry, error) {
 	from, ok := st.W.Next()
 	if !ok {
 		return nil, nil
 	}
-	to := stream.Last
+	to := top
 	if p.KeepFor > 0 {
 		if to, ok = brand.WindowStart(time.Now().Add(-p.KeepFor)).Prev(); !ok {
 			return nil, nil

@@ -56,15 +56,12 @@ func (l *Local) Create(ctx context.Context, key string, body []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", key, err)
-	}
 	tmp, err := writeTemp(filepath.Join(l.root, tmpDir), body)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", key, err)
 	}
 	defer os.Remove(tmp)
-	if err := os.Link(tmp, dst); err != nil {
+	if err := linkInto(tmp, dst); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create %s: %w", key, ErrExists)
 		}
@@ -74,6 +71,22 @@ func (l *Local) Create(ctx context.Context, key string, body []byte) error {
 		return fmt.Errorf("create %s: sync directory: %w", key, err)
 	}
 	return nil
+}
+
+// linkInto links tmp to dst, creating dst's directory. A concurrent Delete
+// may remove that directory once empty between the two steps, so a missing
+// directory is created again, a few times.
+func linkInto(tmp, dst string) error {
+	var err error
+	for range 5 {
+		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err = os.Link(tmp, dst); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
 
 // writeTemp writes body to a new file in dir and fsyncs it.
@@ -191,6 +204,12 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	// Remove directories the delete left empty (os.Remove fails on others).
+	for dir := filepath.Dir(p); dir != l.root && strings.HasPrefix(dir, l.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
 	}
 	return nil
 }

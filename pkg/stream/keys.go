@@ -75,10 +75,6 @@ func (k Keyspace) Done(stream, group, id string) string {
 	return k.base() + "done:" + stream + ":" + group + ":" + id
 }
 
-// DeadLetterName returns the stream name of a group's dead letters, for
-// opening them as a Log; its key is DeadLetter(stream, group).
-func DeadLetterName(stream, group string) string { return stream + ":" + group }
-
 // DeadLetter returns the key of a group's dead-letter stream.
 func (k Keyspace) DeadLetter(stream, group string) string {
 	return k.base() + "dead:" + stream + ":" + group

@@ -48,11 +48,12 @@ type Log struct {
 	// MaxRetries bounds how often an append re-mints after another writer got ahead.
 	MaxRetries int
 
-	rdb    Client
-	ks     Keyspace
-	name   string
-	key    string
-	minter *brand.Minter
+	rdb       Client
+	ks        Keyspace
+	name      string
+	deadGroup string // set on a group's dead-letter log
+	key       string
+	minter    *brand.Minter
 }
 
 // NewLog returns the log of stream name in ks, holding ids of kind.
@@ -86,8 +87,14 @@ func (l *Log) DeadLetters(group string) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLog(l.rdb, l.ks, DeadLetterName(l.name, group), l.ks.DeadLetter(l.name, group), m), nil
+	dead := newLog(l.rdb, l.ks, l.name, l.ks.DeadLetter(l.name, group), m)
+	dead.deadGroup = group
+	return dead, nil
 }
+
+// DeadGroup returns the group whose dead letters this log holds, or "" for
+// an ordinary stream. Name then returns the source stream's name.
+func (l *Log) DeadGroup() string { return l.deadGroup }
 
 // Key returns the stream's Redis key.
 func (l *Log) Key() string { return l.key }

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// archiveFlags locate the archive: local pages and the remote.
+func archiveFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data-dir", EnvVars: []string{"EMQ_DATA_DIR"}, Value: "./silt-data", Usage: "local page files"},
+		&cli.StringFlag{Name: "remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
+			Usage: "object store URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true (default: <data-dir>/remote)"},
+	}
+}
+
+// env is what an archiver command works with.
+type env struct {
+	target  clix.Target
+	log     *slog.Logger
+	rdb     *redis.Client
+	store   fence.Store
+	dataDir string
+}
+
+func (e *env) close() { e.rdb.Close() }
+
+// openEnv validates flags, connects to Redis and opens the remote (probing
+// it when write is set).
+func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
+	var (
+		t   clix.Target
+		err error
+	)
+	if needStream {
+		t, err = clix.ParseTarget(c)
+	} else {
+		t, err = clix.ParseQueue(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	logger, err := clix.NewLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	dataDir, err := filepath.Abs(c.String("data-dir"))
+	if err != nil {
+		return nil, clix.Usagef("--data-dir", "%v", err)
+	}
+	remote := c.String("remote")
+	if remote == "" {
+		remote = "file://" + filepath.Join(dataDir, "remote")
+	}
+	if _, _, err := fence.ParseURL(remote); err != nil {
+		return nil, clix.Usagef("--remote", "%v", err)
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return nil, err
+	}
+	store, err := fence.Open(c.Context, remote, write)
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("remote %s: %w", clix.Redact(remote), err)
+	}
+	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir}, nil
+}
+
+// openArchive opens the archive of one stream (or of a group's dead letters).
+func (e *env) openArchive(ctx context.Context, name, deadGroup string) (*archive.Archive, error) {
+	l, err := stream.NewLog(e.rdb, e.target.Keyspace, name, e.target.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if deadGroup != "" {
+		if l, err = l.DeadLetters(deadGroup); err != nil {
+			return nil, err
+		}
+	}
+	return archive.Open(ctx, l, e.dataDir, e.store)
+}
+
+// isUsage reports whether err is a usage error.
+func isUsage(err error) bool {
+	var ue *clix.UsageError
+	return errors.As(err, &ue)
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func withArchive(extra ...cli.Flag) []cli.Flag {
+	return append(append(clix.CommonFlags(), archiveFlags()...), extra...)
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "watermark, last LSN, archived and live counts, completeness, sizes",
+		Flags: withArchive(&cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c, true, false)
+			if err != nil {
+				return err
+			}
+			defer e.close()
+			a, err := e.openArchive(c.Context, e.target.Stream, "")
+			if err != nil {
+				return err
+			}
+			st, err := a.Status(c.Context, e.dataDir)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+				return err
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "stream\t%s\nvolume\t%s\nwatermark W\t%s\nlast LSN\t%d\n", st.Stream, st.Volume, st.W, st.LSN)
+			fmt.Fprintf(tw, "archived\t%d entries, %d bytes (%d malformed, archived as they are)\n", st.Archived, st.ArchivedBytes, st.Malformed)
+			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
+			fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
+			if st.Complete {
+				fmt.Fprintf(tw, "completeness\tcomplete: entries added = archived + live above W\n")
+			} else {
+				fmt.Fprintf(tw, "completeness\t%d entries removed outside the archiver (MAXLEN, XDEL)\n", st.LostOutside)
+			}
+			if st.OldestUnarchived != "" {
+				fmt.Fprintf(tw, "oldest unarchived\t%s (%s old)\n", st.OldestUnarchived, time.Duration(st.OldestAgeSec*float64(time.Second)).Round(time.Second))
+			}
+			fmt.Fprintf(tw, "remote size\t%d bytes\nlocal size\t%d bytes\n", st.RemoteBytes, st.LocalBytes)
+			return tw.Flush()
+		},
+	}
+}
+
+func verifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "check the hash chain and every checksum, remote and local; names the first bad object",
+		Flags: withArchive(),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c, true, false)
+			if err != nil {
+				return err
+			}
+			defer e.close()
+			a, err := e.openArchive(c.Context, e.target.Stream, "")
+			if err != nil {
+				return err
+			}
+			remote, err := a.Volume().VerifyRemote(c.Context)
+			if err != nil {
+				return fmt.Errorf("remote: %w", err)
+			}
+			local, err := a.Volume().VerifyLocal(c.Context)
+			if err != nil {
+				return fmt.Errorf("local: %w (repair with: archiver pull)", err)
+			}
+			b, _ := json.Marshal(map[string]any{"remote": remote, "local": local, "ok": true})
+			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+			return err
+		},
+	}
+}
+
+func pullCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pull",
+		Usage: "rebuild the local page files from the remote (repairs a corrupt local copy)",
+		Flags: withArchive(),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c, true, false)
+			if err != nil {
+				return err
+			}
+			defer e.close()
+			a, err := e.openArchive(c.Context, e.target.Stream, "")
+			if err != nil {
+				return err
+			}
+			rep, err := a.Volume().Pull(c.Context)
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(rep)
+			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+			return err
+		},
+	}
+}
+
+func gcCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "gc",
+		Usage: "remove segments no commit references (crashed or losing uploads) older than --grace",
+		Flags: withArchive(&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep orphans younger than this"}),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c, true, true)
+			if err != nil {
+				return err
+			}
+			defer e.close()
+			a, err := e.openArchive(c.Context, e.target.Stream, "")
+			if err != nil {
+				return err
+			}
+			n, err := a.Volume().GC(c.Context, c.Duration("grace"))
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted_segments\":%d}\n", n)
+			return err
+		},
+	}
+}
+
+func trimCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "trim",
+		Usage: "apply the retention policy WITHOUT archiving: what it removes is gone for good",
+		Flags: append(clix.CommonFlags(), policyFlags()...),
+		Action: func(c *cli.Context) error {
+			t, err := clix.ParseTarget(c)
+			if err != nil {
+				return err
+			}
+			p, err := parsePolicy(c)
+			if err != nil {
+				return err
+			}
+			if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
+				return err
+			}
+			rdb, err := clix.OpenRedis(c.Context, c)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
+			if err != nil {
+				return err
+			}
+			var removed int64
+			if p.KeepLast > 0 {
+				n, err := l.TrimMaxLen(c.Context, p.KeepLast, c.Bool("exact"))
+				if err != nil {
+					return err
+				}
+				removed += n
+			}
+			if p.KeepFor > 0 {
+				n, err := l.TrimBefore(c.Context, time.Now().Add(-p.KeepFor), c.Bool("exact"))
+				if err != nil {
+					return err
+				}
+				removed += n
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "{\"stream\":%q,\"removed_for_good\":%d}\n", l.Key(), removed)
+			return err
+		},
+	}
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// policyFlags declare the retention policy.
+func policyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.Int64Flag{Name: "keep-last", EnvVars: []string{"EMQ_KEEP_LAST"}, Usage: "keep the newest N entries live"},
+		&cli.DurationFlag{Name: "keep-for", EnvVars: []string{"EMQ_KEEP_FOR"}, Usage: "keep entries younger than D live (e.g. 24h)"},
+		&cli.BoolFlag{Name: "exact", Usage: "trim exactly (XTRIM =) instead of approximately (~, may keep a few more)"},
+	}
+}
+
+func parsePolicy(c *cli.Context) (archive.Policy, error) {
+	p := archive.Policy{KeepLast: c.Int64("keep-last"), KeepFor: c.Duration("keep-for")}
+	switch {
+	case p.KeepLast < 0:
+		return p, clix.Usagef("--keep-last", "must not be negative, got %d", p.KeepLast)
+	case p.KeepFor < 0:
+		return p, clix.Usagef("--keep-for", "must not be negative, got %s", p.KeepFor)
+	case p.KeepLast == 0 && p.KeepFor == 0:
+		return p, clix.Usagef("--keep-last", "give a retention policy: --keep-last N and/or --keep-for D")
+	}
+	return p, nil
+}
+
+func runCommand() *cli.Command {
+	flags := slices.DeleteFunc(clix.CommonFlags(), func(f cli.Flag) bool { return f.Names()[0] == clix.FlagStream })
+	flags = append(flags, archiveFlags()...)
+	flags = append(flags, policyFlags()...)
+	flags = append(flags,
+		&cli.StringSliceFlag{Name: "stream", EnvVars: []string{"EMQ_STREAM"}, Usage: "stream to archive (repeat for several)"},
+		&cli.BoolFlag{Name: "all", Usage: "archive every stream of the queue (SCAN), dead-letter streams included"},
+		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
+		&cli.Int64Flag{Name: "slice-entries", Value: 1000, Usage: "entries per commit"},
+		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
+		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
+		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
+	)
+	return &cli.Command{
+		Name:   "run",
+		Usage:  "archive what the retention policy lets go, commit it behind the fence, then trim",
+		Flags:  flags,
+		Action: runAction,
+	}
+}
+
+// target is one stream (or a group's dead letters) to archive.
+type target struct {
+	Stream string
+	Dead   string // group, for a dead-letter stream
+}
+
+func (t target) String() string {
+	if t.Dead != "" {
+		return t.Stream + " (dead letters of " + t.Dead + ")"
+	}
+	return t.Stream
+}
+
+// streamResult is one stream's line in the run summary.
+type streamResult struct {
+	Stream string `json:"stream"`
+	Group  string `json:"dead_letters_of,omitempty"`
+	archive.Result
+	Error string `json:"error,omitempty"`
+}
+
+func runAction(c *cli.Context) error {
+	p, err := parsePolicy(c)
+	if err != nil {
+		return err
+	}
+	if (len(c.StringSlice("stream")) == 0) == !c.Bool("all") {
+		return clix.Usagef("--stream", "give --stream NAME (repeatable) or --all")
+	}
+	for _, name := range c.StringSlice("stream") {
+		if err := stream.ValidateName("stream", name); err != nil {
+			return clix.Usagef("--stream", "%v", err)
+		}
+	}
+	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
+		return clix.Usagef("--concurrency", "--concurrency, --slice-entries and --slice-bytes must be at least 1")
+	}
+	e, err := openEnv(c, false, true)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	for {
+		failed, err := runOnce(c, e, p)
+		if err != nil {
+			return err
+		}
+		if !c.Bool("loop") {
+			if failed > 0 {
+				return fmt.Errorf("%d stream(s) failed; see the summary", failed)
+			}
+			return nil
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-time.After(c.Duration("every")):
+		}
+	}
+}
+
+// runOnce archives every target once, with bounded concurrency, and prints
+// one JSON summary line. It returns how many streams failed.
+func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
+	targets, err := findTargets(c, e)
+	if err != nil {
+		return 0, err
+	}
+	results := make([]streamResult, len(targets))
+	sem := make(chan struct{}, c.Int("concurrency"))
+	var wg sync.WaitGroup
+	bar := newProgress(c.App.ErrWriter)
+	for i, t := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = archiveOne(c, e, t, p, bar)
+		}()
+	}
+	wg.Wait()
+	bar.done()
+	failed := 0
+	for _, r := range results {
+		if r.Error != "" {
+			failed++
+			e.log.Error("archive failed", "stream", r.Stream, "error", r.Error)
+		}
+	}
+	line, _ := json.Marshal(struct {
+		Streams []streamResult `json:"streams"`
+		Failed  int            `json:"failed"`
+		Time    time.Time      `json:"time"`
+	}{results, failed, time.Now().UTC()})
+	fmt.Fprintf(c.App.Writer, "%s\n", line)
+	return failed, nil
+}
+
+func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progress) streamResult {
+	r := streamResult{Stream: t.Stream, Group: t.Dead}
+	a, err := e.openArchive(c.Context, t.Stream, t.Dead)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	a.SliceEntries, a.SliceBytes, a.Exact = c.Int64("slice-entries"), c.Int64("slice-bytes"), c.Bool("exact")
+	a.Failpoint = failpointFromEnv()
+	r.Result, err = a.Run(c.Context, p, func(res archive.Result) { bar.update(t.String(), res) })
+	if err != nil && c.Context.Err() == nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+// findTargets returns the --stream list, or with --all every stream and
+// dead-letter stream of the queue found by SCAN.
+func findTargets(c *cli.Context, e *env) ([]target, error) {
+	if !c.Bool("all") {
+		var out []target
+		for _, s := range c.StringSlice("stream") {
+			out = append(out, target{Stream: s})
+		}
+		return out, nil
+	}
+	ks := e.target.Keyspace
+	base := ks.Stream("")
+	base = strings.TrimSuffix(base, "stream:")
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(base) + `(?:stream:([A-Za-z0-9._-]+)|dead:([A-Za-z0-9._-]+):([A-Za-z0-9._-]+))$`)
+	var out []target
+	iter := e.rdb.Scan(c.Context, 0, escapeGlob(base)+"*", 1000).Iterator()
+	for iter.Next(c.Context) {
+		m := re.FindStringSubmatch(iter.Val())
+		switch {
+		case m == nil:
+		case m[1] != "":
+			out = append(out, target{Stream: m[1]})
+		default:
+			out = append(out, target{Stream: m[2], Dead: m[3]})
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("scan %s*: %w", base, err)
+	}
+	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(out), nil
+}
+
+// escapeGlob escapes the SCAN MATCH metacharacters of s ({ and } are not
+// special to Redis globs, but [ ] * ? \ are).
+func escapeGlob(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
+}
+
+// progress draws one status line on a terminal; it is silent otherwise.
+type progress struct {
+	mu  sync.Mutex
+	w   io.Writer
+	on  bool
+	any bool
+}
+
+func newProgress(w io.Writer) *progress {
+	f, ok := w.(*os.File)
+	on := false
+	if ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			on = true
+		}
+	}
+	return &progress{w: w, on: on}
+}
+
+func (p *progress) update(name string, r archive.Result) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.any = true
+	fmt.Fprintf(p.w, "\r\033[K%s: %d archived in %d commits, %d trimmed, W %s", name, r.Archived, r.Commits, r.Trimmed, r.W)
+}
+
+func (p *progress) done() {
+	if p.on && p.any {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// failpointFromEnv reads SILT_FAILPOINT=STEP:N (crash tests only): the
+// process kills itself with SIGKILL the Nth time it reaches STEP.
+func failpointFromEnv() func(string) { return clix.Failpoint(os.Getenv("SILT_FAILPOINT")) }
