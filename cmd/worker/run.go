@@ -6,12 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -50,6 +53,9 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "dedupe-ttl", Usage: "skip entries this group handled within this time (0: off)"},
 		&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "on SIGTERM, how long in-flight handlers may finish"},
 		&cli.DurationFlag{Name: "forget-after", Value: 24 * time.Hour, Usage: "remove consumers with nothing pending idle this long (negative: never)"},
+		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
+			Usage: "the archiver's remote URL: recover entries trimmed while pending, and catch up a group behind retention"},
+		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -158,6 +164,9 @@ func runAction(c *cli.Context) error {
 	if err := configure(c, s.consumer); err != nil {
 		return err
 	}
+	if err := attachArchive(c, s); err != nil {
+		return err
+	}
 	sum, runErr := s.consumer.Run(c.Context, h)
 	out := c.App.Writer
 	if c.Bool("stdout") {
@@ -215,4 +224,30 @@ func failpointFromEnv(log *slog.Logger) func(string) {
 		log.Warn("failpoint armed", "spec", os.Getenv("SILT_FAILPOINT"))
 	}
 	return fp
+}
+
+// attachArchive makes the archive the consumer's PayloadSource and History
+// when --archive-remote is set.
+func attachArchive(c *cli.Context, s *setup) error {
+	remote := c.String("archive-remote")
+	if remote == "" {
+		return nil
+	}
+	if _, _, err := fence.ParseURL(remote); err != nil {
+		return clix.Usagef("--archive-remote", "%v", err)
+	}
+	store, err := fence.Open(c.Context, remote, false)
+	if err != nil {
+		return fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
+	}
+	cache, err := filepath.Abs(c.String("archive-cache"))
+	if err != nil {
+		return clix.Usagef("--archive-cache", "%v", err)
+	}
+	a, err := archive.Open(c.Context, s.consumer.Log(), cache, store)
+	if err != nil {
+		return err
+	}
+	s.consumer.Payloads = a
+	return nil
 }

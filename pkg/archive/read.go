@@ -213,3 +213,17 @@ func (a *Archive) Payload(ctx context.Context, sid brand.StreamID) (brand.ID, st
 }
 
 var _ stream.PayloadSource = (*Archive)(nil)
+
+// Archived implements stream.History: the archived entries (only those) with
+// from <= id <= to, in order.
+func (a *Archive) Archived(ctx context.Context, from, to brand.StreamID) iter.Seq2[stream.Entry, error] {
+	return func(yield func(stream.Entry, error) bool) {
+		if err := a.vol.Refresh(ctx); err != nil {
+			yield(stream.Entry{}, err)
+			return
+		}
+		a.readArchive(ctx, from, to, func(it Item, err error) bool { return yield(it.Entry, err) })
+	}
+}
+
+var _ stream.History = (*Archive)(nil)

@@ -29,7 +29,8 @@ type Consumer struct {
 	Grace        time.Duration // how long in-flight handlers may finish after cancellation; 10s
 	ForgetAfter  time.Duration // remove consumers with nothing pending idle this long; 24h; negative: never
 	WriteTimeout time.Duration // bound on acks and dead letters written after cancellation; 10s
-	Payloads     PayloadSource // recovers entries trimmed while pending; nil: dead-letter them
+	Payloads     PayloadSource // recovers entries trimmed while pending; nil: dead-letter them. A History also catches up lagging groups
+	LeaseTTL     time.Duration // how long a catch-up lease lasts without renewal; 30s
 	Logger       *slog.Logger  // where the run reports what it skips or removes; discard by default
 
 	// Failpoint, when set, is called at named points of each batch
@@ -60,6 +61,9 @@ func NewConsumer(l *Log, group, name string) (*Consumer, error) {
 	return c, nil
 }
 
+// Log returns the stream the consumer reads.
+func (c *Consumer) Log() *Log { return c.log }
+
 // Group returns the consumer group's name.
 func (c *Consumer) Group() string { return c.group }
 
@@ -84,6 +88,7 @@ func (c *Consumer) defaults() {
 	def(&c.Grace, 10*time.Second)
 	def(&c.ForgetAfter, 24*time.Hour)
 	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.LeaseTTL, defaultLeaseTTL)
 	if c.Count <= 0 {
 		c.Count = 100
 	}

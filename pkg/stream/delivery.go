@@ -79,6 +79,7 @@ type Summary struct {
 	Drained           int64         `json:"drained"`            // deliveries from our own PEL
 	Claimed           int64         `json:"claimed"`            // deliveries reclaimed from idle peers
 	New               int64         `json:"new"`                // deliveries of never-delivered entries
+	CatchUp           int64         `json:"catch_up"`           // deliveries read from the archive for a group behind retention
 	Acked             int64         `json:"acked"`              // handled successfully (or duplicates) and acked
 	Failed            int64         `json:"failed"`             // handler errors left pending
 	Panics            int64         `json:"panics"`             // handler panics (also counted in Failed or DeadLettered)

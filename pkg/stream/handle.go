@@ -47,6 +47,11 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	if err != nil {
 		return err
 	}
+	return r.process(ctx, wctx, jobs)
+}
+
+// process takes built jobs through prepare, dedupe, handlers and settle.
+func (r *run) process(ctx, wctx context.Context, jobs []*job) error {
 	r.c.failpoint("after-read")
 	r.prepare(wctx, jobs)
 	if err := r.dedupe(wctx, jobs); err != nil {
@@ -54,7 +59,7 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	}
 	r.execute(ctx, jobs)
 	r.c.failpoint("after-handle")
-	err = r.settle(wctx, jobs)
+	err := r.settle(wctx, jobs)
 	r.c.failpoint("after-ack")
 	return err
 }

@@ -21,6 +21,8 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:stream:<stream>              the stream itself
 //	<prefix>:{<queue>}:dead:<stream>:<group>         a group's dead letters (a stream of the same kind)
 //	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
+//	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
+//	<prefix>:{<queue>}:lease:<stream>:<group>        which consumer is catching up (string, with a TTL)
 type Keyspace struct {
 	Prefix string
 	Queue  string
@@ -73,6 +75,16 @@ func (k Keyspace) Stream(name string) string { return k.base() + "stream:" + nam
 // Done returns the dedupe marker key of an entry handled by a group.
 func (k Keyspace) Done(stream, group, id string) string {
 	return k.base() + "done:" + stream + ":" + group + ":" + id
+}
+
+// CatchUp returns the key of a group's list of gaps to catch up from the archive.
+func (k Keyspace) CatchUp(stream, group string) string {
+	return k.base() + "catchup:" + stream + ":" + group
+}
+
+// Lease returns the key of a group's catch-up lease.
+func (k Keyspace) Lease(stream, group string) string {
+	return k.base() + "lease:" + stream + ":" + group
 }
 
 // DeadLetter returns the key of a group's dead-letter stream.

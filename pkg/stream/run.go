@@ -61,6 +61,9 @@ func (r *run) loop(ctx context.Context) error {
 	if err := r.drain(ctx); err != nil || r.stopped(ctx) {
 		return err
 	}
+	if err := r.catchUp(ctx); err != nil || r.stopped(ctx) {
+		return err
+	}
 	quiet := time.Now() // since when nothing was claimed or read
 	for {
 		claimed, err := r.beatIfDue(ctx)
@@ -176,23 +179,45 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 		if block < time.Millisecond {
 			block = -1 // no BLOCK: answer at once
 		}
-		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block,
-		}).Result()
-		if err != nil && !isNil(err) {
+		msgs, err := r.readGroup(ctx, block)
+		if err != nil {
 			if ctx.Err() != nil {
 				return 0, nil
 			}
 			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
 		}
-		if len(res) > 0 && len(res[0].Messages) > 0 {
-			msgs := res[0].Messages
-			return len(msgs), r.handle(ctx, msgs, nil, fromNew)
+		if len(msgs) > 0 {
+			if err := r.handle(ctx, msgs, nil, fromNew); err != nil {
+				return len(msgs), err
+			}
+			return len(msgs), r.catchUp(ctx)
 		}
 		if block < 0 || ctx.Err() != nil || time.Since(r.lastBeat) >= r.c.ClaimEvery {
 			return 0, nil
 		}
 	}
+}
+
+// readGroup reads new entries. With a History configured, a non-blocking
+// read goes through the script that records gaps first; a blocking read
+// only returns entries appended while it waits, after which no gap can hide.
+func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
+	if _, ok := r.c.Payloads.(History); ok {
+		msgs, err := r.readNewChecked(ctx)
+		if err != nil || len(msgs) > 0 || block < 0 {
+			return msgs, err
+		}
+	}
+	res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block,
+	}).Result()
+	if err != nil && !isNil(err) {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[0].Messages, nil
 }
 
 // attempts returns the server's delivery counts of ids pending for this consumer.

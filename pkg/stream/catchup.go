@@ -1,0 +1,223 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// History is a PayloadSource that can also list what it holds: an archive.
+// With one configured, a group whose unread entries were trimmed from the
+// live stream catches up from it.
+type History interface {
+	PayloadSource
+	// Archived yields the entries it holds with from <= id <= to, in order;
+	// a malformed one comes with a *MalformedError.
+	Archived(ctx context.Context, from, to brand.StreamID) iter.Seq2[Entry, error]
+}
+
+// gapReadScript reads new entries for a consumer, first recording a gap when
+// the group's last-delivered id is below the first live entry: entries in
+// between may have been trimmed before the group read them, so they must be
+// read from the archive. A gap is pushed as "last first 0" on a list, once.
+//
+// KEYS: stream, gap list. ARGV: group, consumer, count.
+var gapReadScript = redis.NewScript(`
+local function less(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local last
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, ld
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then ld = g[i + 1] end
+  end
+  if name == ARGV[1] then last = ld end
+end
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+if last and first[1] and less(last, first[1][1]) then
+  local gap = last .. ' ' .. first[1][1] .. ' 0'
+  local tail = redis.call('LRANGE', KEYS[2], -1, -1)
+  if tail[1] == nil or string.match(tail[1], '^%S+ %S+') ~= last .. ' ' .. first[1][1] then
+    redis.call('RPUSH', KEYS[2], gap)
+  end
+end
+return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+`)
+
+// leaseScript takes or renews the group's catch-up lease for ARGV[1].
+var leaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseScript drops the lease if ARGV[1] holds it.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// gap is the head of a group's gap list: entries with last < id < first may
+// be in the archive only; attempts counts failed deliveries of the next one.
+type gap struct {
+	last, first brand.StreamID
+	attempts    int64
+}
+
+func parseGap(s string) (gap, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return gap{}, fmt.Errorf("catch-up checkpoint %q: want 'last first attempts'", s)
+	}
+	var g gap
+	var err error
+	if g.last, err = brand.ParseStreamID(f[0]); err != nil {
+		return g, err
+	}
+	if g.first, err = brand.ParseStreamID(f[1]); err != nil {
+		return g, err
+	}
+	g.attempts, err = strconv.ParseInt(f[2], 10, 64)
+	return g, err
+}
+
+func (g gap) String() string { return fmt.Sprintf("%s %s %d", g.last, g.first, g.attempts) }
+
+// readNewChecked is the `>` read that records gaps (used with a History).
+func (r *run) readNewChecked(ctx context.Context) ([]redis.XMessage, error) {
+	res, err := gapReadScript.Run(ctx, r.c.log.rdb, []string{r.c.log.key, r.c.log.ks.CatchUp(r.c.log.name, r.c.group)},
+		r.c.group, r.c.name, r.count()).Result()
+	if err != nil && !isNil(err) {
+		return nil, err
+	}
+	return scriptMessages(res)
+}
+
+// scriptMessages converts an XREADGROUP reply returned by a script.
+func scriptMessages(res any) ([]redis.XMessage, error) {
+	streams, _ := res.([]any)
+	if len(streams) == 0 {
+		return nil, nil
+	}
+	s, ok := streams[0].([]any)
+	if !ok || len(s) != 2 {
+		return nil, errors.New("unexpected XREADGROUP reply from script")
+	}
+	entries, _ := s[1].([]any)
+	out := make([]redis.XMessage, 0, len(entries))
+	for _, e := range entries {
+		pair, ok := e.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, errors.New("unexpected entry in XREADGROUP reply")
+		}
+		id, _ := pair[0].(string)
+		kv, _ := pair[1].([]any)
+		vals := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			vals[k] = kv[i+1]
+		}
+		out = append(out, redis.XMessage{ID: id, Values: vals})
+	}
+	return out, nil
+}
+
+// catchUp hands the entries of recorded gaps, read from the archive, to the
+// handler, one consumer of the group at a time under a lease, moving the
+// checkpoint (the head of the gap list) past each batch. A failing entry is
+// retried by later runs and dead-lettered after MaxAttempts.
+func (r *run) catchUp(ctx context.Context) error {
+	h, ok := r.c.Payloads.(History)
+	if !ok {
+		return nil
+	}
+	key, lease := r.c.log.ks.CatchUp(r.c.log.name, r.c.group), r.c.log.ks.Lease(r.c.log.name, r.c.group)
+	defer releaseScript.Run(context.WithoutCancel(ctx), r.c.log.rdb, []string{lease}, r.c.name)
+	for !r.stopped(ctx) {
+		head, err := r.c.log.rdb.LIndex(ctx, key, 0).Result()
+		if isNil(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("catch-up checkpoint %s: %w", key, err)
+		}
+		got, err := leaseScript.Run(ctx, r.c.log.rdb, []string{lease}, r.c.name, r.c.LeaseTTL.Milliseconds()).Int()
+		if err != nil {
+			return fmt.Errorf("catch-up lease %s: %w", lease, err)
+		}
+		if got == 0 {
+			return nil // another consumer of the group is catching up
+		}
+		g, err := parseGap(head)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		more, err := r.catchUpBatch(ctx, h, key, head, g)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUpBatch handles the next batch of one gap and moves its checkpoint;
+// it returns false when the run should stop catching up.
+func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g gap) (bool, error) {
+	from, _ := g.last.Next()
+	to, ok := g.first.Prev()
+	var jobs []*job
+	if ok && from.Compare(to) <= 0 {
+		for e, err := range h.Archived(ctx, from, to) {
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				return false, fmt.Errorf("catch up from the archive: %w", err)
+			}
+			j := &job{d: Delivery{ID: e.ID, StreamID: e.StreamID, Fields: e.Fields, Attempts: g.attempts + 1,
+				Group: r.c.group, Consumer: r.c.name, Recovered: true}, rawID: e.ID.String(), err: err}
+			if jobs = append(jobs, j); int64(len(jobs)) >= r.count() {
+				break
+			}
+		}
+	}
+	if len(jobs) == 0 { // nothing (more) in this gap: drop it
+		return true, r.c.log.rdb.LRem(ctx, key, 1, head).Err()
+	}
+	r.sum.CatchUp += int64(len(jobs))
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+	defer cancel()
+	if err := r.process(ctx, wctx, jobs); err != nil {
+		return false, err
+	}
+	next := g
+	for _, j := range jobs {
+		if j.fate != fateAck && j.fate != fateDead {
+			next.attempts++ // the first unfinished entry: retried by a later run
+			break
+		}
+		next.last, next.attempts = j.d.StreamID, 0
+	}
+	if err := r.c.log.rdb.LSet(wctx, key, 0, next.String()).Err(); err != nil {
+		return false, fmt.Errorf("catch-up checkpoint %s: %w", key, err)
+	}
+	r.c.failpoint("after-checkpoint")
+	return next.attempts == 0, nil
+}
+
+// LeaseTTL default: long enough for a batch of handlers.
+const defaultLeaseTTL = 30 * time.Second
