@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# silt's main job on the embedded default: a local redis-server (installed and
-# started here unless EMQ_REDIS_URL is set), a small feed appended with
-# `worker append`, the history read back with `archiver read`, a worker run
-# over a consumer group with one entry dead-lettered, and the group's status.
+# silt's main job on the embedded default, end to end: a local redis-server
+# (installed and started here unless EMQ_REDIS_URL is set), a feed appended
+# with `worker append`, a worker run over a consumer group, the old part of
+# the stream archived to a local-directory remote and trimmed, and the whole
+# history read back merged, showing what came from the archive and what is live.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,32 +15,37 @@ if [ -z "${EMQ_REDIS_URL:-}" ]; then
 	eval "$(scripts/servers.sh start redis)"
 	export EMQ_REDIS_URL=$SILT_REDIS_URL
 fi
-export EMQ_QUEUE=${EMQ_QUEUE:-demo} EMQ_STREAM=${EMQ_STREAM:-events}
+data=$(mktemp -d)
+export EMQ_QUEUE=${EMQ_QUEUE:-demo} EMQ_STREAM=${EMQ_STREAM:-events} EMQ_GROUP=${EMQ_GROUP:-audit}
+export EMQ_DATA_DIR=$data/silt-data EMQ_ARCHIVE_CACHE=$data/silt-cache
 
 echo "== build bin/worker bin/archiver"
 go build -o bin/ ./cmd/worker ./cmd/archiver
 
-echo "== worker append: 5 entries from JSON lines, one branded id per line"
-for i in 1 2 3 4 5; do
+echo "== worker append: 12 entries from JSON lines (one branded id per line) and one from arguments"
+for i in $(seq 1 12); do
 	printf '{"user":"u%d","action":"login","amount":"%d"}\n' "$i" "$((i * 10))"
 done | bin/worker append
+bin/worker append user=u13 action=logout
 
-echo "== worker append: one entry from field=value arguments"
-bin/worker append user=u6 action=logout
-
-echo "== archiver read --format text: the whole history, oldest first"
-bin/archiver read --format text
-
-echo "== archiver read (jsonl), the last two entries"
-last=$(bin/archiver read --format text | tail -n 2 | head -n 1 | cut -d' ' -f1)
-bin/archiver read --from "$last"
-
-echo "== worker run: group 'audit' handles every entry (exec handler), exits when done"
-bin/worker run --group audit --consumer demo-1 --block 500ms \
+echo "== worker run: group '$EMQ_GROUP' handles every entry (exec handler refuses logouts: exit 65)"
+bin/worker run --consumer demo-1 --block 500ms \
 	--exec 'doc=$(cat); case "$doc" in *logout*) echo "cannot handle logout" >&2; exit 65;; esac'
 
-echo "== worker dead ls: the entry the handler refused (exit 65) is a dead letter"
-bin/worker dead ls --group audit
+echo "== worker dead ls: the refused entry is a dead letter"
+bin/worker dead ls
 
-echo "== worker status: stream length, pending list, lag, dead letters"
-bin/worker status --group audit
+echo "== archiver run: keep the newest 4 live, fold the rest into the local-directory remote, then trim"
+bin/archiver run --stream "$EMQ_STREAM" --keep-last 4 --slice-entries 5 --exact
+
+echo "== archiver status"
+bin/archiver status
+
+echo "== archiver read: the whole history, archive and live merged (source column)"
+bin/archiver read --format text
+
+echo "== archiver verify: hash chain and checksums, remote and local"
+bin/archiver verify
+
+echo "== worker status: the stream is short now; the group's pending list is empty"
+bin/worker status

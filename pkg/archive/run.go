@@ -42,9 +42,8 @@ type Progress func(Result)
 // fold, commit behind the fence, then trim below the new watermark. It
 // never trims above what is committed. A lost commit race adopts the
 // winner's watermark and goes on from there.
-func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (Result, error) {
+func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Result, err error) {
 	start := time.Now()
-	var res Result
 	defer func() { res.Elapsed = time.Since(start); res.ElapsedSec = res.Elapsed.Seconds() }()
 	if p.KeepLast <= 0 && p.KeepFor <= 0 {
 		return res, ErrNoPolicy
@@ -52,8 +51,8 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (Result,
 	if err := a.vol.Refresh(ctx); err != nil {
 		return res, err
 	}
-	st, err := stateOf(a.vol.Latest())
-	if err != nil {
+	var st state
+	if st, err = stateOf(a.vol.Latest()); err != nil {
 		return res, err
 	}
 	// A crash between commit and trim leaves archived entries live: trim them.
