@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -67,4 +69,45 @@ func TestWorker_CatchesUpFromArchiveAfterKill(t *testing.T) {
 		t.Fatalf("%d gaps left", n)
 	}
 	t.Logf("handled %d distinct of %d", len(counts), len(ids))
+}
+
+// TestWorker_ReplayResumesAfterFailure replays archive and live history in
+// order; a handler failure stops it, a rerun resumes at that entry.
+func TestWorker_ReplayResumesAfterFailure(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	remote := "file://" + filepath.Join(dir, "remote")
+	env := append(archiverEnv(srv, filepath.Join(dir, "data"), remote), "EMQ_ARCHIVE_CACHE="+filepath.Join(dir, "cache"))
+	ids := feed(t, env, 300)
+	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "50", "--exact")
+	rec, marker := filepath.Join(dir, "handled"), filepath.Join(dir, "fail-once")
+	os.WriteFile(marker, nil, 0o644)
+	script := `read -r line; case "$line" in *'"n":"150"'*) if [ -e "` + marker + `" ]; then rm "` + marker + `"; exit 1; fi;; esac; echo "$line" >> "` + rec + `"`
+	args := []string{"replay", "--name", "fix-1", "--archive-remote", remote, "--", "sh", "-c", script}
+	if _, errOut, err := runWorkerCmd(env, args...); err == nil || !strings.Contains(errOut, "rerun to resume") {
+		t.Fatalf("first replay: %v %s", err, errOut)
+	}
+	out := silt(t, "", env, "worker", args...)
+	if !strings.Contains(out, `"done":true`) {
+		t.Fatalf("second replay: %s", out)
+	}
+	b, _ := os.ReadFile(rec)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 300 {
+		t.Fatalf("%d deliveries, want 300 (each once)", len(lines))
+	}
+	for i, line := range lines {
+		if !strings.Contains(line, ids[i]) || !strings.Contains(line, `"replay":"fix-1"`) {
+			t.Fatalf("delivery %d = %s, want %s with the replay name", i, line, ids[i])
+		}
+	}
+}
+
+func runWorkerCmd(env []string, args ...string) (string, string, error) {
+	cmd := exec.Command(filepath.Join(binDir, "worker"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
 }

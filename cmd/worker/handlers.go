@@ -34,12 +34,13 @@ type deliveryDoc struct {
 	Consumer  string            `json:"consumer"`
 	Payload   map[string]string `json:"payload"`
 	Recovered bool              `json:"recovered,omitempty"`
+	Replay    string            `json:"replay,omitempty"`
 }
 
 func encodeDelivery(d stream.Delivery) ([]byte, error) {
 	return json.Marshal(deliveryDoc{
 		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts,
-		Group: d.Group, Consumer: d.Consumer, Payload: d.Fields, Recovered: d.Recovered,
+		Group: d.Group, Consumer: d.Consumer, Payload: d.Fields, Recovered: d.Recovered, Replay: d.Replay,
 	})
 }
 

@@ -26,7 +26,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	app := &cli.App{
 		Name:     "worker",
 		Usage:    "append to a Redis stream and consume it, losing nothing",
-		Commands: []*cli.Command{appendCommand(), runCommand(), deadCommand(), statusCommand()},
+		Commands: []*cli.Command{appendCommand(), runCommand(), deadCommand(), statusCommand(), replayCommand()},
 	}
 	return clix.Run(ctx, app, args, stdin, stdout, stderr)
 }

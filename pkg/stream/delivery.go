@@ -17,7 +17,8 @@ type Delivery struct {
 	Attempts  int64          // deliveries so far, this one included, as counted by the server
 	Group     string
 	Consumer  string
-	Recovered bool // the payload was trimmed from the stream and came from a PayloadSource
+	Recovered bool   // the payload was trimmed from the stream and came from a PayloadSource
+	Replay    string // the replay's name when this is a deliberate reprocessing (worker replay)
 }
 
 // Handler handles one delivery. nil acks the entry; an error or a panic

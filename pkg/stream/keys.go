@@ -23,6 +23,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
 //	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
 //	<prefix>:{<queue>}:lease:<stream>:<group>        which consumer is catching up (string, with a TTL)
+//	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
 type Keyspace struct {
 	Prefix string
 	Queue  string
@@ -80,6 +81,11 @@ func (k Keyspace) Done(stream, group, id string) string {
 // CatchUp returns the key of a group's list of gaps to catch up from the archive.
 func (k Keyspace) CatchUp(stream, group string) string {
 	return k.base() + "catchup:" + stream + ":" + group
+}
+
+// Replay returns the checkpoint key of a named replay.
+func (k Keyspace) Replay(stream, name string) string {
+	return k.base() + "replay:" + stream + ":" + name
 }
 
 // Lease returns the key of a group's catch-up lease.

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+func replayCommand() *cli.Command {
+	flags := append(clix.CommonFlags(), handlerFlags()...)
+	flags = append(flags,
+		&cli.StringFlag{Name: "name", Usage: "the replay's name: its checkpoint, and the 'replay' member of each delivery (required)"},
+		&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},
+		&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive"},
+		&cli.StringFlag{Name: "window", Usage: "entries minted from T0 to T1, both included (RFC 3339 or Unix ms)"},
+		&cli.BoolFlag{Name: "restart", Usage: "forget the name's checkpoint and start from --from"},
+		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"}, Usage: "include the archived history (else the live stream only)"},
+		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
+		&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "group named in the deliveries (informational)"},
+	)
+	return &cli.Command{
+		Name:      "replay",
+		Usage:     "run the handler over a range of the whole history, in order, checkpointed under --name",
+		ArgsUsage: "[-- CMD ARGS...]",
+		Flags:     flags,
+		Action:    replayAction,
+	}
+}
+
+func replayAction(c *cli.Context) error {
+	t, err := clix.ParseTarget(c)
+	if err != nil {
+		return err
+	}
+	name := c.String("name")
+	if err := stream.ValidateName("replay", name); err != nil {
+		return clix.Usagef("--name", "%v", err)
+	}
+	from, to, err := replayBounds(c, t.Kind)
+	if err != nil {
+		return err
+	}
+	logger, err := clix.NewLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	h, err := chooseHandler(c, logger)
+	if err != nil {
+		return err
+	}
+	rdb, err := clix.OpenRedis(c.Context, c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
+	if err != nil {
+		return err
+	}
+	read, err := replaySource(c, l)
+	if err != nil {
+		return err
+	}
+	if c.Bool("restart") {
+		if err := rdb.Del(c.Context, t.Keyspace.Replay(t.Stream, name)).Err(); err != nil {
+			return err
+		}
+	}
+	group := c.String("group")
+	tagged := func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) }
+	res, runErr := archive.Replay(c.Context, rdb, l, read, name, from, to, tagged)
+	line, _ := json.Marshal(res)
+	out := c.App.Writer
+	if c.Bool("stdout") {
+		out = c.App.ErrWriter
+	}
+	fmt.Fprintf(out, "%s\n", line)
+	return runErr
+}
+
+func replayBounds(c *cli.Context, kind brand.Kind) (from, to brand.StreamID, err error) {
+	if c.IsSet("window") {
+		if c.IsSet("from") || c.IsSet("to") {
+			return from, to, clix.Usagef("--window", "cannot be combined with --from or --to")
+		}
+		return clix.ParseWindow("--window", c.String("window"))
+	}
+	if from, err = clix.ParseBound("--from", c.String("from"), kind); err != nil {
+		return from, to, err
+	}
+	to, err = clix.ParseBound("--to", c.String("to"), kind)
+	return from, to, err
+}
+
+// replaySource is the merged history with --archive-remote, else the live stream.
+func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
+	remote := c.String("archive-remote")
+	if remote == "" {
+		return archive.LiveOnly(l), nil
+	}
+	if _, _, err := fence.ParseURL(remote); err != nil {
+		return nil, clix.Usagef("--archive-remote", "%v", err)
+	}
+	store, err := fence.Open(c.Context, remote, false)
+	if err != nil {
+		return nil, fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
+	}
+	cache, err := filepath.Abs(c.String("archive-cache"))
+	if err != nil {
+		return nil, clix.Usagef("--archive-cache", "%v", err)
+	}
+	a, err := archive.Open(c.Context, l, cache, store)
+	if err != nil {
+		return nil, err
+	}
+	return a.Read, nil
+}

@@ -1,0 +1,98 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// Source reads a range of history: Archive.Read, or LiveOnly for a stream
+// without an archive.
+type Source func(ctx context.Context, from, to brand.StreamID) iter.Seq2[Item, error]
+
+// LiveOnly reads the live stream alone as a Source.
+func LiveOnly(l *stream.Log) Source {
+	return func(ctx context.Context, from, to brand.StreamID) iter.Seq2[Item, error] {
+		return func(yield func(Item, error) bool) {
+			for e, err := range l.Read(ctx, from, to) {
+				if !yield(Item{Entry: e, Source: SourceLive}, err) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ReplayResult says what a replay did.
+type ReplayResult struct {
+	Name       string `json:"name"`
+	Replayed   int64  `json:"replayed"`
+	Skipped    int64  `json:"skipped_malformed"`
+	Checkpoint string `json:"checkpoint,omitempty"` // last stream id handled under this name
+	Done       bool   `json:"done"`                 // the range is finished
+}
+
+// Replay runs h over [from, to] of the history in order, as deliveries
+// carrying the replay's name, storing the last handled stream id under the
+// name after each success so that a rerun (after a crash or a handler
+// failure) resumes just after it. A handler error stops the replay with the
+// checkpoint at the entry before. Malformed entries are skipped and counted.
+func Replay(ctx context.Context, rdb redis.Cmdable, l *stream.Log, read Source, name string, from, to brand.StreamID, h stream.Handler) (ReplayResult, error) {
+	res := ReplayResult{Name: name}
+	if err := stream.ValidateName("replay", name); err != nil {
+		return res, err
+	}
+	key := l.Keyspace().Replay(l.Name(), name)
+	last, err := rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
+	default:
+		sid, err := brand.ParseStreamID(last)
+		if err != nil {
+			return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
+		}
+		res.Checkpoint = last
+		if next, ok := sid.Next(); ok && next.Compare(from) > 0 {
+			from = next
+		}
+	}
+	for it, err := range read(ctx, from, to) {
+		if errors.Is(err, stream.ErrMalformed) {
+			res.Skipped++
+			continue
+		}
+		if err != nil {
+			return res, err
+		}
+		d := stream.Delivery{ID: it.ID, StreamID: it.StreamID, Fields: it.Fields, Attempts: 1,
+			Recovered: it.Source == SourceArchive, Replay: name}
+		if err := callSafely(ctx, h, d); err != nil {
+			return res, fmt.Errorf("replay %s: entry %s: %w (rerun to resume here)", name, it.ID, err)
+		}
+		if err := rdb.Set(ctx, key, it.StreamID.String(), 0).Err(); err != nil {
+			return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
+		}
+		res.Replayed++
+		res.Checkpoint = it.StreamID.String()
+	}
+	res.Done = ctx.Err() == nil
+	return res, ctx.Err()
+}
+
+// callSafely runs h, turning a panic into an error.
+func callSafely(ctx context.Context, h stream.Handler, d stream.Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &stream.PanicError{Value: v}
+		}
+	}()
+	return h(ctx, d)
+}

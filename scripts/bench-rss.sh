@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# P6: peak RSS of `archiver run` over a large stream ÷ over a small one.
+#
+#   scripts/bench-rss.sh [SMALL] [LARGE]     (default 100000 10000000)
+#
+# Starts its own redis-server, appends each feed with `worker append`, then
+# archives it all but one entry to a local-directory remote under
+# /usr/bin/time -v and prints both peak RSS figures and their ratio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+small=${1:-100000}
+large=${2:-10000000}
+
+SILT_SERVERS_DIR=$(mktemp -d)
+export SILT_SERVERS_DIR
+work=$(mktemp -d)
+trap 'scripts/servers.sh stop; rm -rf "$work"' EXIT
+eval "$(scripts/servers.sh start redis)"
+export EMQ_REDIS_URL=$SILT_REDIS_URL EMQ_QUEUE=bench
+go build -o bin/ ./cmd/worker ./cmd/archiver
+
+peak() { # peak STREAM ENTRIES -> prints peak RSS in kB
+	local name=$1 n=$2
+	awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "{\"user\":\"u%d\",\"action\":\"login\",\"amount\":\"%d\"}\n", i, i % 1000 }' |
+		bin/worker append --stream "$name" --batch 1000 >/dev/null
+	/usr/bin/time -v bin/archiver run --stream "$name" --keep-last 1 --exact --data-dir "$work/$name" \
+		--slice-entries 1000 2>"$work/$name.time" >"$work/$name.out"
+	grep -q "\"archived\":$((n - 1))," "$work/$name.out" || { cat "$work/$name.out" "$work/$name.time" >&2; exit 1; }
+	awk -F: '/Maximum resident set size/ { gsub(/ /, "", $2); print $2 }' "$work/$name.time"
+}
+
+rss_small=$(peak small "$small")
+rss_large=$(peak large "$large")
+echo "entries        peak RSS (kB)"
+echo "$small         $rss_small"
+echo "$large         $rss_large"
+awk -v a="$rss_large" -v b="$rss_small" 'BEGIN { printf "P6 ratio (large / small): %.3f (goal <= 1.15)\n", a / b }'
