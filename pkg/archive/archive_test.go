@@ -267,7 +267,7 @@ func TestRead_WhileArchiving(t *testing.T) {
 	}()
 	reader := e.open(t)
 	rng := rand.New(rand.NewPCG(7, 7))
-	reads := 3000
+	reads := 10000
 	if testing.Short() {
 		reads = 300
 	}
@@ -277,7 +277,7 @@ func TestRead_WhileArchiving(t *testing.T) {
 		known := ids[:len(ids):len(ids)]
 		mu.Unlock()
 		i := rng.IntN(len(known))
-		j := i + rng.IntN(min(len(known)-i, 400))
+		j := i + rng.IntN(min(len(known)-i, 150))
 		got, fa := history(t, reader, known[i].StreamID, known[j].StreamID)
 		fromArchive += fa
 		want := known[i : j+1]
