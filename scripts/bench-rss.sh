@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 small=${1:-100000}
 large=${2:-10000000}
+slice=${SLICE_ENTRIES:-10000} # entries per commit (the archiver's default)
 
 SILT_SERVERS_DIR=$(mktemp -d)
 export SILT_SERVERS_DIR
@@ -24,13 +25,14 @@ peak() { # peak STREAM ENTRIES -> prints peak RSS in kB
 	awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "{\"user\":\"u%d\",\"action\":\"login\",\"amount\":\"%d\"}\n", i, i % 1000 }' |
 		bin/worker append --stream "$name" --batch 1000 >/dev/null
 	/usr/bin/time -v bin/archiver run --stream "$name" --keep-last 1 --exact --data-dir "$work/$name" \
-		--slice-entries 1000 2>"$work/$name.time" >"$work/$name.out"
+		--slice-entries "$slice" 2>"$work/$name.time" >"$work/$name.out"
 	grep -q "\"archived\":$((n - 1))," "$work/$name.out" || { cat "$work/$name.out" "$work/$name.time" >&2; exit 1; }
 	awk -F: '/Maximum resident set size/ { gsub(/ /, "", $2); print $2 }' "$work/$name.time"
 }
 
 rss_small=$(peak small "$small")
 rss_large=$(peak large "$large")
+echo "slice entries  $slice"
 echo "entries        peak RSS (kB)"
 echo "$small         $rss_small"
 echo "$large         $rss_large"

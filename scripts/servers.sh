@@ -3,7 +3,7 @@
 # on free ports, with their data in a temp dir.
 #
 #   scripts/servers.sh install [redis|minio|versitygw|all]...  idempotent
-#   scripts/servers.sh start   [redis|minio|versitygw|all]...  prints export lines
+#   scripts/servers.sh start   [redis|cluster|minio|versitygw|all]...  prints export lines
 #   scripts/servers.sh env                                      the export lines again
 #   scripts/servers.sh stop                                     stops what start started
 #
@@ -29,8 +29,8 @@ expand() {
 	for s in "$@"; do
 		case $s in
 		all) out+=(redis minio versitygw) ;;
-		redis | minio | versitygw) out+=("$s") ;;
-		*) die "unknown server '$s' (want redis, minio, versitygw or all)" ;;
+		redis | cluster | minio | versitygw) out+=("$s") ;;
+		*) die "unknown server '$s' (want redis, cluster, minio, versitygw or all)" ;;
 		esac
 	done
 	[ ${#out[@]} -gt 0 ] || out=(redis)
@@ -99,6 +99,33 @@ start_redis() {
 	echo "export SILT_REDIS_URL=redis://127.0.0.1:$port/0" >"$dir/env"
 }
 
+# start_cluster: 3 masters and 3 replicas on free ports, joined with
+# redis-cli --cluster create; SILT_REDIS_CLUSTER_URL lists every node.
+start_cluster() {
+	local dir=$STATE/cluster ports=() urls=() p
+	mkdir -p "$dir"
+	for i in 1 2 3 4 5 6; do
+		p=$(free_port)
+		mkdir -p "$dir/$i"
+		redis-server --port "$p" --bind 127.0.0.1 --dir "$dir/$i" --save "" --appendonly yes \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+			--logfile "$dir/$i/log" --daemonize no >/dev/null 2>&1 &
+		echo $! >"$dir/$i/pid"
+		wait_port "$p" "cluster/$i" "$dir/$i/pid"
+		ports+=("127.0.0.1:$p")
+		urls+=("redis://127.0.0.1:$p")
+	done
+	redis-cli --cluster create "${ports[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 ||
+		die "redis-cli --cluster create failed; see $dir/create.log"
+	for _ in $(seq 100); do
+		redis-cli -u "${urls[0]}" cluster info 2>/dev/null | grep -q cluster_state:ok && break
+		sleep 0.2
+	done
+	cp "$dir/1/pid" "$dir/pid"
+	local IFS=,
+	echo "export SILT_REDIS_CLUSTER_URL=${urls[*]}" >"$dir/env"
+}
+
 start_s3() { # start_s3 NAME ENVPREFIX COMMAND...
 	local name=$1 prefix=$2 dir=$STATE/$1 port access secret
 	shift 2
@@ -133,6 +160,7 @@ start_one() {
 	fi
 	case $1 in
 	redis) start_redis ;;
+	cluster) start_cluster ;;
 	minio) start_s3 minio SILT_MINIO ;;
 	versitygw) start_s3 versitygw SILT_VERSITYGW ;;
 	esac
@@ -142,7 +170,7 @@ start_one() {
 print_env() { cat "$STATE"/*/env 2>/dev/null || true; }
 
 stop_all() {
-	for pidfile in "$STATE"/*/pid; do
+	for pidfile in "$STATE"/*/pid "$STATE"/cluster/*/pid; do
 		[ -f "$pidfile" ] || continue
 		local pid
 		pid=$(cat "$pidfile")
@@ -158,12 +186,12 @@ cmd=${1:-}
 shift || true
 case $cmd in
 install)
-	for s in $(expand "$@"); do "install_$s"; done
+	for s in $(expand "$@"); do [ "$s" = cluster ] && s=redis; "install_$s"; done
 	;;
 start)
 	mkdir -p "$STATE"
 	for s in $(expand "$@"); do
-		"install_$s"
+		if [ "$s" = cluster ]; then install_redis; else "install_$s"; fi
 		start_one "$s"
 	done
 	print_env

@@ -29,7 +29,7 @@ func archiveFlags() []cli.Flag {
 type env struct {
 	target  clix.Target
 	log     *slog.Logger
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	store   fence.Store
 	dataDir string
 }
@@ -46,7 +46,7 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if needStream {
 		t, err = clix.ParseTarget(c)
 	} else {
-		t, err = clix.ParseQueue(c)
+		t, err = clix.ParsePrefix(c) // archiver run --all may span every queue
 	}
 	if err != nil {
 		return nil, err
@@ -78,9 +78,15 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir}, nil
 }
 
-// openArchive opens the archive of one stream (or of a group's dead letters).
+// openArchive opens the archive of one stream (or of a group's dead letters)
+// of the --queue.
 func (e *env) openArchive(ctx context.Context, name, deadGroup string) (*archive.Archive, error) {
-	l, err := stream.NewLog(e.rdb, e.target.Keyspace, name, e.target.Kind)
+	return e.openArchiveIn(ctx, e.target.Keyspace, name, deadGroup)
+}
+
+// openArchiveIn opens an archive in keyspace ks.
+func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadGroup string) (*archive.Archive, error) {
+	l, err := stream.NewLog(e.rdb, ks, name, e.target.Kind)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
@@ -48,7 +50,7 @@ func runCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "stream", EnvVars: []string{"EMQ_STREAM"}, Usage: "stream to archive (repeat for several)"},
 		&cli.BoolFlag{Name: "all", Usage: "archive every stream of the queue (SCAN), dead-letter streams included"},
 		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
-		&cli.Int64Flag{Name: "slice-entries", Value: 1000, Usage: "entries per commit"},
+		&cli.Int64Flag{Name: "slice-entries", Value: 10000, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
 		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
 		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
 		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
@@ -63,19 +65,22 @@ func runCommand() *cli.Command {
 
 // target is one stream (or a group's dead letters) to archive.
 type target struct {
+	Queue  string
 	Stream string
 	Dead   string // group, for a dead-letter stream
 }
 
 func (t target) String() string {
+	s := "{" + t.Queue + "}:" + t.Stream
 	if t.Dead != "" {
-		return t.Stream + " (dead letters of " + t.Dead + ")"
+		s += " (dead letters of " + t.Dead + ")"
 	}
-	return t.Stream
+	return s
 }
 
 // streamResult is one stream's line in the run summary.
 type streamResult struct {
+	Queue  string `json:"queue"`
 	Stream string `json:"stream"`
 	Group  string `json:"dead_letters_of,omitempty"`
 	archive.Result
@@ -94,6 +99,9 @@ func runAction(c *cli.Context) error {
 		if err := stream.ValidateName("stream", name); err != nil {
 			return clix.Usagef("--stream", "%v", err)
 		}
+	}
+	if !c.Bool("all") && c.String(clix.FlagQueue) == "" {
+		return clix.Usagef("--queue", "required with --stream (or EMQ_QUEUE); --all without --queue covers every queue")
 	}
 	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
 		return clix.Usagef("--concurrency", "--concurrency, --slice-entries and --slice-bytes must be at least 1")
@@ -161,8 +169,13 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
 }
 
 func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progress) streamResult {
-	r := streamResult{Stream: t.Stream, Group: t.Dead}
-	a, err := e.openArchive(c.Context, t.Stream, t.Dead)
+	r := streamResult{Queue: t.Queue, Stream: t.Stream, Group: t.Dead}
+	ks, err := stream.NewKeyspace(e.target.Keyspace.Prefix, t.Queue)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	a, err := e.openArchiveIn(c.Context, ks, t.Stream, t.Dead)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -177,33 +190,51 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 }
 
 // findTargets returns the --stream list, or with --all every stream and
-// dead-letter stream of the queue found by SCAN.
+// dead-letter stream found by SCAN (of --queue, or of every queue), on every
+// master of a cluster.
 func findTargets(c *cli.Context, e *env) ([]target, error) {
+	ks := e.target.Keyspace
 	if !c.Bool("all") {
 		var out []target
 		for _, s := range c.StringSlice("stream") {
-			out = append(out, target{Stream: s})
+			out = append(out, target{Queue: ks.Queue, Stream: s})
 		}
 		return out, nil
 	}
-	ks := e.target.Keyspace
-	base := ks.Stream("")
-	base = strings.TrimSuffix(base, "stream:")
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(base) + `(?:stream:([A-Za-z0-9._-]+)|dead:([A-Za-z0-9._-]+):([A-Za-z0-9._-]+))$`)
-	var out []target
-	iter := e.rdb.Scan(c.Context, 0, escapeGlob(base)+"*", 1000).Iterator()
-	for iter.Next(c.Context) {
-		m := re.FindStringSubmatch(iter.Val())
-		switch {
-		case m == nil:
-		case m[1] != "":
-			out = append(out, target{Stream: m[1]})
-		default:
-			out = append(out, target{Stream: m[2], Dead: m[3]})
-		}
+	name := `([A-Za-z0-9._-]+)`
+	queue, match := regexp.QuoteMeta(ks.Queue), escapeGlob(ks.Prefix+":{"+ks.Queue+"}:")+"*"
+	if ks.Queue == "" {
+		queue, match = name, escapeGlob(ks.Prefix)+":{*}:*"
+	} else {
+		queue = "(" + queue + ")"
 	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scan %s*: %w", base, err)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(ks.Prefix) + `:\{` + queue + `\}:(?:stream:` + name + `|dead:` + name + `:` + name + `)$`)
+	var mu sync.Mutex
+	var out []target
+	scan := func(ctx context.Context, client redis.UniversalClient) error {
+		iter := client.Scan(ctx, 0, match, 1000).Iterator()
+		for iter.Next(ctx) {
+			m := re.FindStringSubmatch(iter.Val())
+			mu.Lock()
+			switch {
+			case m == nil:
+			case m[2] != "":
+				out = append(out, target{Queue: m[1], Stream: m[2]})
+			default:
+				out = append(out, target{Queue: m[1], Stream: m[3], Dead: m[4]})
+			}
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(c.Context, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	} else {
+		err = scan(c.Context, e.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", match, err)
 	}
 	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(out), nil

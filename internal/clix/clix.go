@@ -39,21 +39,23 @@ func Usagef(flag, format string, args ...any) error {
 
 // Names of the common flags.
 const (
-	FlagRedis     = "redis"
-	FlagRedisWait = "redis-wait"
-	FlagPrefix    = "prefix"
-	FlagQueue     = "queue"
-	FlagStream    = "stream"
-	FlagKind      = "kind"
-	FlagLogFormat = "log-format"
-	FlagLogLevel  = "log-level"
+	FlagRedis        = "redis"
+	FlagRedisWait    = "redis-wait"
+	FlagRedisCluster = "redis-cluster"
+	FlagPrefix       = "prefix"
+	FlagQueue        = "queue"
+	FlagStream       = "stream"
+	FlagKind         = "kind"
+	FlagLogFormat    = "log-format"
+	FlagLogLevel     = "log-level"
 )
 
 // CommonFlags returns the flags both binaries take, each with its environment variable.
 func CommonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagRedis, EnvVars: []string{"EMQ_REDIS_URL"}, Value: "redis://127.0.0.1:6379/0",
-			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS"},
+			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS; several, comma-separated, for a cluster"},
+		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: []string{"EMQ_REDIS_CLUSTER"}, Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
 		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: []string{"EMQ_REDIS_WAIT"}, Value: 10 * time.Second,
 			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
 		&cli.StringFlag{Name: FlagPrefix, EnvVars: []string{"EMQ_PREFIX"}, Value: stream.DefaultPrefix, Usage: "key prefix"},
@@ -93,12 +95,20 @@ func ParseQueue(c *cli.Context) (Target, error) {
 	if c.String(FlagQueue) == "" {
 		return Target{}, Usagef("--queue", "required (or EMQ_QUEUE)")
 	}
+	return ParsePrefix(c)
+}
+
+// ParsePrefix validates --prefix, --kind and, when given, --queue.
+func ParsePrefix(c *cli.Context) (Target, error) {
 	if err := stream.ValidateName("prefix", c.String(FlagPrefix)); err != nil {
 		return Target{}, Usagef("--prefix", "%v", err)
 	}
-	ks, err := stream.NewKeyspace(c.String(FlagPrefix), c.String(FlagQueue))
-	if err != nil {
-		return Target{}, Usagef("--queue", "%v", err)
+	ks := stream.Keyspace{Prefix: c.String(FlagPrefix)}
+	if q := c.String(FlagQueue); q != "" {
+		var err error
+		if ks, err = stream.NewKeyspace(c.String(FlagPrefix), q); err != nil {
+			return Target{}, Usagef("--queue", "%v", err)
+		}
 	}
 	kind, err := brand.ParseKind(c.String(FlagKind))
 	if err != nil {
@@ -119,27 +129,62 @@ func Redact(raw string) string {
 }
 
 // OpenRedis connects to --redis and checks the server answers, retrying with
-// backoff for up to --redis-wait. Errors name the URL without its password.
-func OpenRedis(ctx context.Context, c *cli.Context) (*redis.Client, error) {
+// backoff for up to --redis-wait. Several comma-separated URLs, or
+// --redis-cluster, give a Redis Cluster client. Errors name the URL without
+// its password.
+func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, error) {
 	wait := c.Duration(FlagRedisWait)
 	raw := c.String(FlagRedis)
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, Usagef("--redis", "%s: %v", Redact(raw), scrub(err, raw))
+	urls := strings.Split(raw, ",")
+	var opts []*redis.Options
+	for _, u := range urls {
+		o, err := redis.ParseURL(strings.TrimSpace(u))
+		if err != nil {
+			return nil, Usagef("--redis", "%s: %v", Redact(u), scrub(err, u))
+		}
+		opts = append(opts, o)
 	}
-	opts.DialTimeout = 3 * time.Second
-	opts.ReadTimeout = 5 * time.Second
-	opts.WriteTimeout = 5 * time.Second
-	opts.MaxRetries = 3
-	rdb := redis.NewClient(opts)
+	rdb := newClient(opts, c.Bool(FlagRedisCluster) || len(opts) > 1)
 	if err := ping(ctx, rdb, wait); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("redis at %s: %w", Redact(raw), scrub(err, raw))
+		return nil, fmt.Errorf("redis at %s: %w", redactAll(urls), scrubAll(err, urls))
 	}
 	return rdb, nil
 }
 
-func ping(ctx context.Context, rdb *redis.Client, wait time.Duration) error {
+// newClient builds a single-node or a cluster client with silt's timeouts.
+func newClient(opts []*redis.Options, cluster bool) redis.UniversalClient {
+	o := opts[0]
+	if !cluster {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 3*time.Second, 5*time.Second, 5*time.Second, 3
+		return redis.NewClient(o)
+	}
+	addrs := make([]string, len(opts))
+	for i, x := range opts {
+		addrs[i] = x.Addr
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		DialTimeout: 3 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRedirects: 8,
+	})
+}
+
+func redactAll(urls []string) string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = Redact(strings.TrimSpace(u))
+	}
+	return strings.Join(out, ",")
+}
+
+func scrubAll(err error, urls []string) error {
+	for _, u := range urls {
+		err = scrub(err, strings.TrimSpace(u))
+	}
+	return err
+}
+
+func ping(ctx context.Context, rdb redis.UniversalClient, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	backoff := 100 * time.Millisecond
 	for {

@@ -55,7 +55,7 @@ func Open(ctx context.Context, log *stream.Log, dataDir string, store fence.Stor
 	if err != nil {
 		return nil, err
 	}
-	a := &Archive{SliceEntries: 1000, SliceBytes: 4 << 20, log: log, vol: vol}
+	a := &Archive{SliceEntries: 10000, SliceBytes: 4 << 20, log: log, vol: vol}
 	vol.Failpoint = a.failpoint
 	return a, nil
 }

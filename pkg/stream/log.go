@@ -34,6 +34,7 @@ type Client interface {
 var (
 	_ Client = (*redis.Client)(nil)
 	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (redis.UniversalClient)(nil)
 )
 
 // Fields is an entry's payload: field names to values, without "id".
