@@ -144,4 +144,3 @@ func (c *RedisCluster) Master(tb testing.TB, key string) *RedisServer {
 	tb.Fatalf("no master for %s", key)
 	return nil
 }
-
