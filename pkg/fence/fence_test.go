@@ -135,6 +135,13 @@ func TestParseURL(t *testing.T) {
 	if err != nil || cfg.Bucket != "bkt" || cfg.Prefix != "a/b" || cfg.Endpoint != "http://127.0.0.1:9000" || cfg.Region != "auto" || !cfg.PathStyle {
 		t.Fatalf("s3 URL: %+v %v", cfg, err)
 	}
+	_, cfg, _ = fence.ParseURL("s3://b/p?endpoint=https://fly.storage.tigris.dev&region=auto")
+	if !cfg.Consistent {
+		t.Fatal("a Tigris endpoint does not ask for consistent conditional writes")
+	}
+	if _, cfg, _ = fence.ParseURL("s3://b/p?endpoint=https://fly.storage.tigris.dev&consistent=false"); cfg.Consistent {
+		t.Fatal("consistent=false ignored")
+	}
 	for _, tc := range []struct{ in, want string }{
 		{"ftp://x/y", "unknown scheme"},
 		{"/just/a/path", "no scheme"},
@@ -154,5 +161,19 @@ func TestParseURL(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("ParseURL(%q) error shows the secret: %v", tc.in, err)
 		}
+	}
+}
+
+func TestS3_ConsistentHeader(t *testing.T) {
+	srv := fencetest.NewFakeS3(t)
+	st, err := fence.OpenS3(context.Background(), fence.S3Config{Bucket: "b", Endpoint: srv.URL, Region: "auto",
+		PathStyle: true, AccessKey: "k", SecretKey: "s", Consistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Create(context.Background(), "k", []byte("x"))
+	st.Get(context.Background(), "k", fence.Range{})
+	if srv.Consistent != 2 {
+		t.Fatalf("%d requests carried X-Tigris-Consistent, want 2", srv.Consistent)
 	}
 }

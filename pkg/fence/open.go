@@ -57,9 +57,9 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "endpoint", "region", "path-style":
+		case "endpoint", "region", "path-style", "consistent":
 		default:
-			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style)", ErrBadURL, k)
+			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent)", ErrBadURL, k)
 		}
 	}
 	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
@@ -72,6 +72,15 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	// Tigris evaluates conditional writes on the leader only when asked to.
+	cfg.Consistent = strings.HasSuffix(hostOf(cfg.Endpoint), ".tigris.dev")
+	if c := q.Get("consistent"); c != "" {
+		b, err := strconv.ParseBool(c)
+		if err != nil {
+			return nil, fmt.Errorf("%w: consistent=%q is not true or false", ErrBadURL, c)
+		}
+		cfg.Consistent = b
+	}
 	if ps := q.Get("path-style"); ps != "" {
 		b, err := strconv.ParseBool(ps)
 		if err != nil {
@@ -80,6 +89,14 @@ func parseS3(u *url.URL) (*S3Config, error) {
 		cfg.PathStyle = b
 	}
 	return cfg, nil
+}
+
+func hostOf(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 func redactErr(err error) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // S3Config says where an S3 store is. Credentials come from the standard AWS
@@ -30,6 +31,11 @@ type S3Config struct {
 	PathStyle bool
 
 	AccessKey, SecretKey string // optional static credentials (tests)
+
+	// Consistent adds X-Tigris-Consistent: true to every request, so Tigris
+	// evaluates conditional writes and reads on the object's leader (globally
+	// strong). ParseURL turns it on for Tigris endpoints.
+	Consistent bool
 
 	Timeout     time.Duration // bound on each request; 30s
 	MaxAttempts int           // SDK attempts per request, retries included; 3
@@ -93,6 +99,9 @@ func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 			// SDKs send by default: send and check them only when required.
 			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+		if cfg.Consistent {
+			o.APIOptions = append(o.APIOptions, smithyhttp.AddHeaderValue("X-Tigris-Consistent", "true"))
 		}
 	})
 	return &S3{cfg: cfg, client: client, ConflictRetries: 5}, nil

@@ -47,6 +47,8 @@ type FakeS3 struct {
 	objects map[string]fakeObject
 	faults  map[string][]Fault // by HTTP method, consumed in order
 	Puts    int                // PUT requests received
+	// Consistent counts requests that carried X-Tigris-Consistent: true.
+	Consistent int
 }
 
 type fakeObject struct {
@@ -101,6 +103,11 @@ func (f *FakeS3) nextFault(method string) Fault {
 }
 
 func (f *FakeS3) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Tigris-Consistent") == "true" {
+		f.mu.Lock()
+		f.Consistent++
+		f.mu.Unlock()
+	}
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	path := bucket + "/" + key
 	switch fault := f.nextFault(r.Method); fault {
