@@ -19,6 +19,13 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "terraform fmt"
+if command -v terraform >/dev/null; then
+	terraform fmt -check -recursive infra/terraform 2>/dev/null || { echo "terraform fmt would change infra/terraform"; exit 1; }
+else
+	echo "terraform not installed: skipped (go test ./infra/terraform still parses the module)"
+fi
+
 step "start servers"
 SILT_SERVERS_DIR=$(mktemp -d)
 export SILT_SERVERS_DIR
