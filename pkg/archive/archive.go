@@ -51,7 +51,7 @@ func volumeOf(l *stream.Log) string {
 // Open opens the archive of log's stream with local files under dataDir and
 // the remote in store, refreshed to the remote's latest commit.
 func Open(ctx context.Context, log *stream.Log, dataDir string, store fence.Store) (*Archive, error) {
-	vol, err := graft.Open(ctx, dataDir, volumeOf(log), store)
+	vol, err := graft.Open(ctx, dataDir, volumeOf(log), store, metaW)
 	if err != nil {
 		return nil, err
 	}

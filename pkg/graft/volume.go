@@ -29,6 +29,11 @@ type Volume struct {
 	// CacheWholeBelow: a remote segment up to this size is fetched whole and
 	// cached locally on first read; larger ones are read with range GETs.
 	CacheWholeBelow int64
+	// KeepMeta, when set, lists the metadata keys that commits older than
+	// the latest keep in memory; the others, Prev and Writer are dropped
+	// once a newer commit exists (the objects keep everything). A volume of
+	// many commits then holds little per commit.
+	KeepMeta []string
 
 	name   string
 	dir    string // local directory of this volume
@@ -42,8 +47,9 @@ type Volume struct {
 
 // Open opens volume name with local files under dataDir and the remote in
 // store, then refreshes from the remote: the remote's latest commit is the
-// truth. The name must be a valid fence key segment.
-func Open(ctx context.Context, dataDir, name string, store fence.Store) (*Volume, error) {
+// truth. The name must be a valid fence key segment. keepMeta, if given,
+// sets KeepMeta before the commits are loaded.
+func Open(ctx context.Context, dataDir, name string, store fence.Store, keepMeta ...string) (*Volume, error) {
 	if err := fence.CheckKey(name); err != nil || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("volume name %q: must be one key segment of [A-Za-z0-9._-]", name)
 	}
@@ -54,6 +60,7 @@ func Open(ctx context.Context, dataDir, name string, store fence.Store) (*Volume
 		store:           store,
 		writer:          randomID(),
 		cache:           map[string]*Segment{},
+		KeepMeta:        keepMeta,
 	}
 	for _, d := range []string{"segments", "commits", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
@@ -136,8 +143,29 @@ func (v *Volume) link(c *Commit) error {
 	case c.Volume != v.name:
 		return fmt.Errorf("volume %s: commit %d belongs to volume %q: %w", v.name, c.LSN, c.Volume, ErrCorrupt)
 	}
-	v.commits = append(v.commits, c)
+	v.push(c)
 	return nil
+}
+
+// push appends the new latest commit and slims the previous one.
+func (v *Volume) push(c *Commit) {
+	if n := len(v.commits); n > 0 && v.KeepMeta != nil {
+		v.commits[n-1] = v.slim(v.commits[n-1])
+	}
+	v.commits = append(v.commits, c)
+}
+
+// slim returns a copy of c with only what reads and maintenance need.
+func (v *Volume) slim(c *Commit) *Commit {
+	s := *c
+	s.Prev, s.Writer, s.Volume = "", "", v.name
+	s.Meta = make(map[string]string, len(v.KeepMeta))
+	for _, k := range v.KeepMeta {
+		if val, ok := c.Meta[k]; ok {
+			s.Meta[k] = val
+		}
+	}
+	return &s
 }
 
 // Head returns the latest LSN known (0 for an empty volume).
@@ -157,7 +185,8 @@ func (v *Volume) Latest() *Commit {
 	return v.commits[len(v.commits)-1]
 }
 
-// Commits returns the commits from LSN from on (1 for all).
+// Commits returns the commits from LSN from on (1 for all), as kept in
+// memory: with KeepMeta set, all but the latest are slimmed.
 func (v *Volume) Commits(from uint64) []*Commit {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -290,7 +319,7 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	if err := writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localCommit(lsn), obj); err != nil {
 		return nil, err
 	}
-	v.commits = append(v.commits, c)
+	v.push(c)
 	v.failpoint("head-updated")
 	return c, nil
 }
