@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -28,10 +30,16 @@ type producer struct {
 	done chan struct{}
 }
 
-func startProducer(t *testing.T, srv *testserver.RedisServer, every time.Duration) *producer {
+// redisUnderTest is a single server or a cluster.
+type redisUnderTest interface {
+	URL() string
+	Universal(tb testing.TB) redis.UniversalClient
+}
+
+func startProducer(t *testing.T, srv redisUnderTest, every time.Duration) *producer {
 	t.Helper()
 	ks, _ := stream.NewKeyspace("", "cm")
-	l, err := stream.NewLog(srv.Client(t), ks, "events", brand.EVT)
+	l, err := stream.NewLog(srv.Universal(t), ks, "events", brand.EVT)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +73,7 @@ func (p *producer) finish() []string {
 }
 
 // archiverEnv is the environment of archiver runs on one stream.
-func archiverEnv(srv *testserver.RedisServer, dataDir, remote string) []string {
+func archiverEnv(srv redisUnderTest, dataDir, remote string) []string {
 	return []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events",
 		"EMQ_DATA_DIR=" + dataDir, "EMQ_ARCHIVE_REMOTE=" + remote}
 }
@@ -126,8 +134,9 @@ func checkHistory(t *testing.T, env []string, ids []string) {
 
 // TestArchiver_KillAtEachStep kills `archiver run` with SIGKILL at each step
 // boundary of a slice, five times each, while a producer appends.
-func TestArchiver_KillAtEachStep(t *testing.T) {
-	srv := testserver.Redis(t)
+func TestArchiver_KillAtEachStep(t *testing.T) { killAtEachStep(t, testserver.Redis(t)) }
+
+func killAtEachStep(t *testing.T, srv redisUnderTest) {
 	dir := t.TempDir()
 	env := archiverEnv(srv, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "remote"))
 	p := startProducer(t, srv, time.Millisecond)

@@ -57,6 +57,13 @@ func TestCluster_WorkerKillsAndArchiver(t *testing.T) {
 	silt(t, "", env, "archiver", "verify")
 }
 
+// TestCluster_WorkerRandomKills is the worker kill scenario on a cluster
+// (10 kills over 5,000 entries).
+func TestCluster_WorkerRandomKills(t *testing.T) { randomKills(t, testserver.Cluster(t), 5000, 10) }
+
+// TestCluster_ArchiverKillAtEachStep is the archiver kill scenario on a cluster.
+func TestCluster_ArchiverKillAtEachStep(t *testing.T) { killAtEachStep(t, testserver.Cluster(t)) }
+
 // TestCluster_Failover kills the master serving the queue while workers run;
 // its replica takes over. Redis replication is asynchronous, so an append
 // acknowledged just before the kill can be lost with the master: the test

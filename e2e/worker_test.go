@@ -92,7 +92,7 @@ func killedBySignal(err error, sig syscall.Signal) bool {
 
 // checkAtLeastOnce runs one clean worker, then checks that every id was
 // handled at least once and that nothing is pending. It returns duplicates.
-func checkAtLeastOnce(t *testing.T, srv *testserver.RedisServer, env []string, ids []string, rec string) int {
+func checkAtLeastOnce(t *testing.T, srv redisUnderTest, env []string, ids []string, rec string) int {
 	t.Helper()
 	silt(t, "", env, "worker", append([]string{"run", "--consumer", "final", "--min-idle", "1ms", "--block", "300ms"}, recordingHandler(rec)...)...)
 	counts := handled(t, rec)
@@ -103,7 +103,7 @@ func checkAtLeastOnce(t *testing.T, srv *testserver.RedisServer, env []string, i
 		}
 		dups += max(counts[id]-1, 0)
 	}
-	pending := srv.Client(t).XPending(context.Background(), streamKey, "g").Val().Count
+	pending := srv.Universal(t).XPending(context.Background(), streamKey, "g").Val().Count
 	t.Logf("entries %d, handled %d distinct, lost %d, duplicates %d, pending %d", len(ids), len(counts), lost, dups, pending)
 	if lost != 0 || pending != 0 || len(counts) != len(ids) {
 		t.Fatalf("lost %d, pending %d, distinct handled %d of %d", lost, pending, len(counts), len(ids))
@@ -140,7 +140,10 @@ func TestWorker_RandomKills(t *testing.T) {
 	if testing.Short() {
 		entries, kills = 2000, 5
 	}
-	srv := testserver.Redis(t)
+	randomKills(t, testserver.Redis(t), entries, kills)
+}
+
+func randomKills(t *testing.T, srv redisUnderTest, entries, kills int) {
 	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
 	ids := feed(t, env, entries)
 	rec := filepath.Join(t.TempDir(), "handled")

@@ -144,3 +144,6 @@ func (c *RedisCluster) Master(tb testing.TB, key string) *RedisServer {
 	tb.Fatalf("no master for %s", key)
 	return nil
 }
+
+// Universal returns a cluster client as a redis.UniversalClient.
+func (c *RedisCluster) Universal(tb testing.TB) redis.UniversalClient { return c.Client(tb) }

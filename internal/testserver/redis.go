@@ -148,3 +148,6 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Universal returns a client of the server as a redis.UniversalClient.
+func (s *RedisServer) Universal(tb testing.TB) redis.UniversalClient { return s.Client(tb) }
