@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -21,16 +22,7 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "watermark, last LSN, archived and live counts, completeness, sizes",
 		Flags: withArchive(&cli.BoolFlag{Name: "json", Usage: "print JSON"}),
-		Action: func(c *cli.Context) error {
-			e, err := openEnv(c, true, false)
-			if err != nil {
-				return err
-			}
-			defer e.close()
-			a, err := e.openArchive(c.Context, e.target.Stream, "")
-			if err != nil {
-				return err
-			}
+		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			st, err := a.Status(c.Context, e.dataDir)
 			if err != nil {
 				return err
@@ -55,7 +47,7 @@ func statusCommand() *cli.Command {
 			}
 			fmt.Fprintf(tw, "remote size\t%d bytes\nlocal size\t%d bytes\n", st.RemoteBytes, st.LocalBytes)
 			return tw.Flush()
-		},
+		}),
 	}
 }
 
@@ -64,16 +56,7 @@ func verifyCommand() *cli.Command {
 		Name:  "verify",
 		Usage: "check the hash chain and every checksum, remote and local; names the first bad object",
 		Flags: withArchive(),
-		Action: func(c *cli.Context) error {
-			e, err := openEnv(c, true, false)
-			if err != nil {
-				return err
-			}
-			defer e.close()
-			a, err := e.openArchive(c.Context, e.target.Stream, "")
-			if err != nil {
-				return err
-			}
+		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			remote, err := a.Volume().VerifyRemote(c.Context)
 			if err != nil {
 				return fmt.Errorf("remote: %w", err)
@@ -85,7 +68,7 @@ func verifyCommand() *cli.Command {
 			b, _ := json.Marshal(map[string]any{"remote": remote, "local": local, "ok": true})
 			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 			return err
-		},
+		}),
 	}
 }
 
@@ -94,16 +77,7 @@ func pullCommand() *cli.Command {
 		Name:  "pull",
 		Usage: "rebuild the local page files from the remote (repairs a corrupt local copy)",
 		Flags: withArchive(),
-		Action: func(c *cli.Context) error {
-			e, err := openEnv(c, true, false)
-			if err != nil {
-				return err
-			}
-			defer e.close()
-			a, err := e.openArchive(c.Context, e.target.Stream, "")
-			if err != nil {
-				return err
-			}
+		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			rep, err := a.Volume().Pull(c.Context)
 			if err != nil {
 				return err
@@ -111,7 +85,7 @@ func pullCommand() *cli.Command {
 			b, _ := json.Marshal(rep)
 			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 			return err
-		},
+		}),
 	}
 }
 
@@ -120,23 +94,14 @@ func gcCommand() *cli.Command {
 		Name:  "gc",
 		Usage: "remove segments no commit references (crashed or losing uploads) older than --grace",
 		Flags: withArchive(&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep orphans younger than this"}),
-		Action: func(c *cli.Context) error {
-			e, err := openEnv(c, true, true)
-			if err != nil {
-				return err
-			}
-			defer e.close()
-			a, err := e.openArchive(c.Context, e.target.Stream, "")
-			if err != nil {
-				return err
-			}
+		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
 			n, err := a.Volume().GC(c.Context, c.Duration("grace"))
 			if err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted_segments\":%d}\n", n)
 			return err
-		},
+		}),
 	}
 }
 
@@ -184,5 +149,23 @@ func trimCommand() *cli.Command {
 			_, err = fmt.Fprintf(c.App.Writer, "{\"stream\":%q,\"removed_for_good\":%d}\n", l.Key(), removed)
 			return err
 		},
+	}
+}
+
+// onArchive wraps an action that needs the --stream's archive: flags,
+// Redis, the remote (probed when write is set) and the archive, opened and
+// closed around fn.
+func onArchive(write bool, fn func(c *cli.Context, e *env, a *archive.Archive) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		e, err := openEnv(c, true, write)
+		if err != nil {
+			return err
+		}
+		defer e.close()
+		a, err := e.openArchive(c.Context, e.target.Stream, "")
+		if err != nil {
+			return err
+		}
+		return fn(c, e, a)
 	}
 }
