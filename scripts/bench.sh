@@ -19,7 +19,7 @@ go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" ./pkg/... | tee "$out"
 go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
 
 echo
-echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3), $(redis-server --version | cut -d' ' -f3)"
+echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3), redis $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)"
 echo
 echo "| benchmark | median ratio | min | max | rounds |"
 echo "|---|---|---|---|---|"
