@@ -88,15 +88,23 @@ func runArchiver(env []string, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
-// checkHistory runs one clean archive pass, then checks that the merged
-// read holds every appended id exactly once, in order, and verify passes.
-func checkHistory(t *testing.T, env []string, ids []string) {
+// historyCounts runs one clean archive pass with bin (the archiver), then
+// compares the merged read with the appended ids.
+func historyCounts(t *testing.T, bin string, env []string, ids []string) (lost, dup, order, fromArchive, read int) {
 	t.Helper()
-	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "20")
-	out := silt(t, "", env, "archiver", "read")
+	run := func(args ...string) string {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("archiver %v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String()
+	}
+	run("run", "--stream", "events", "--keep-last", "20")
 	var got []string
-	fromArchive := 0
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(run("read")), "\n") {
 		var r struct{ ID, Source string }
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("read line %q: %v", line, err)
@@ -106,11 +114,9 @@ func checkHistory(t *testing.T, env []string, ids []string) {
 			fromArchive++
 		}
 	}
-	lost, dup, order := 0, 0, 0
 	seen := map[string]int{}
 	for i, id := range got {
-		seen[id]++
-		if seen[id] > 1 {
+		if seen[id]++; seen[id] > 1 {
 			dup++
 		}
 		if i > 0 && id <= got[i-1] {
@@ -122,14 +128,46 @@ func checkHistory(t *testing.T, env []string, ids []string) {
 			lost++
 		}
 	}
-	t.Logf("appended %d, read %d (%d from the archive): lost %d, duplicates %d, out of order %d", len(ids), len(got), fromArchive, lost, dup, order)
-	if lost+dup+order != 0 || len(got) != len(ids) {
-		t.Fatalf("history broken: lost %d, duplicates %d, out of order %d, %d phantom", lost, dup, order, len(got)-len(ids)+lost)
+	return lost, dup, order, fromArchive, len(got)
+}
+
+// checkHistory runs one clean archive pass, then checks that the merged
+// read holds every appended id exactly once, in order, and verify passes.
+func checkHistory(t *testing.T, env []string, ids []string) {
+	t.Helper()
+	lost, dup, order, fromArchive, read := historyCounts(t, filepath.Join(binDir, "archiver"), env, ids)
+	t.Logf("appended %d, read %d (%d from the archive): lost %d, duplicates %d, out of order %d", len(ids), read, fromArchive, lost, dup, order)
+	if lost+dup+order != 0 || read != len(ids) {
+		t.Fatalf("history broken: lost %d, duplicates %d, out of order %d, %d phantom", lost, dup, order, read-len(ids)+lost)
 	}
 	if fromArchive == 0 {
 		t.Fatal("nothing came from the archive: the test did not archive")
 	}
 	silt(t, "", env, "archiver", "verify")
+}
+
+// TestArchiver_NegativeControlTrimAboveW builds an archiver that trims one
+// entry above the watermark on purpose: the history check must catch it.
+func TestArchiver_NegativeControlTrimAboveW(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "archiver-broken")
+	build := exec.Command("go", "build", "-tags", "silt_negative_trim", "-o", broken, "../cmd/archiver")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the negative control: %v\n%s", err, out)
+	}
+	srv := testserver.Redis(t)
+	env := archiverEnv(srv, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "remote"))
+	ids := feed(t, env, 500)
+	cmd := exec.Command(broken, "run", "--stream", "events", "--keep-last", "100", "--slice-entries", "50", "--exact")
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("broken archiver: %v\n%s", err, out)
+	}
+	lost, _, _, _, _ := historyCounts(t, broken, env, ids)
+	t.Logf("the broken archiver lost %d of %d entries; the checker saw it", lost, len(ids))
+	if lost == 0 {
+		t.Fatal("the checker did not catch an archiver that trims above the watermark")
+	}
 }
 
 // TestArchiver_KillAtEachStep kills `archiver run` with SIGKILL at each step

@@ -198,6 +198,9 @@ func (a *Archive) trim(ctx context.Context, st state, res *Result) error {
 		return nil
 	}
 	min, _ := st.W.Next()
+	if negativeTrim {
+		min, _ = min.Next() // the negative control: one entry above W goes too
+	}
 	n, err := a.log.TrimMinID(ctx, min, a.Exact)
 	if err != nil {
 		return err
