@@ -10,7 +10,6 @@ import (
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
-	"github.com/silt-dev/silt/pkg/stream"
 )
 
 func withArchive(extra ...cli.Flag) []cli.Flag {
@@ -119,18 +118,12 @@ func trimCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
-				return err
-			}
-			rdb, err := clix.OpenRedis(c.Context, c)
+			sess, err := clix.OpenSession(c, t)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
-			l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
-			if err != nil {
-				return err
-			}
+			defer sess.Close()
+			l := sess.Log
 			var removed int64
 			if p.KeepLast > 0 {
 				n, err := l.TrimMaxLen(c.Context, p.KeepLast, c.Bool("exact"))

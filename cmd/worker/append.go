@@ -42,18 +42,12 @@ func appendAction(c *cli.Context) error {
 			return err
 		}
 	}
-	if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
-		return err
-	}
-	rdb, err := clix.OpenRedis(c.Context, c)
+	sess, err := clix.OpenSession(c, target)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	log, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
-	if err != nil {
-		return err
-	}
+	defer sess.Close()
+	log := sess.Log
 	log.BatchSize = c.Int("batch")
 	if fields != nil {
 		id, err := log.Append(c.Context, fields)

@@ -53,19 +53,16 @@ func replayAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := chooseHandler(c, logger)
+	h, err := chooseHandler(c, logger) // usage errors before any connection
 	if err != nil {
 		return err
 	}
-	rdb, err := clix.OpenRedis(c.Context, c)
+	sess, err := clix.OpenSession(c, t)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
-	if err != nil {
-		return err
-	}
+	defer sess.Close()
+	rdb, l := sess.Redis, sess.Log
 	read, err := replaySource(c, l)
 	if err != nil {
 		return err

@@ -35,19 +35,12 @@ func statusAction(c *cli.Context) error {
 			return clix.Usagef("--group", "%v", err)
 		}
 	}
-	if _, err := clix.NewLogger(c, c.App.ErrWriter); err != nil {
-		return err
-	}
-	rdb, err := clix.OpenRedis(c.Context, c)
+	sess, err := clix.OpenSession(c, target)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	l, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
-	if err != nil {
-		return err
-	}
-	st, err := stream.Inspect(c.Context, l, c.String("group"))
+	defer sess.Close()
+	st, err := stream.Inspect(c.Context, sess.Log, c.String("group"))
 	if err != nil {
 		return err
 	}

@@ -246,3 +246,32 @@ func NewLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	redis.SetLogger(redisLogger{logger})
 	return logger, nil
 }
+
+// Session is what most commands open: the logger, the Redis client and the
+// target stream's log. Close releases the client.
+type Session struct {
+	Logger *slog.Logger
+	Redis  redis.UniversalClient
+	Log    *stream.Log
+}
+
+// Close closes the Redis client.
+func (s *Session) Close() { s.Redis.Close() }
+
+// OpenSession builds the logger, connects to Redis and opens t's log.
+func OpenSession(c *cli.Context, t Target) (*Session, error) {
+	logger, err := NewLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := OpenRedis(c.Context, c)
+	if err != nil {
+		return nil, err
+	}
+	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &Session{Logger: logger, Redis: rdb, Log: l}, nil
+}
