@@ -101,14 +101,21 @@ func TestParse_Errors(t *testing.T) {
 }
 
 func TestParse_UnknownKindIsDistinct(t *testing.T) {
-	_, err := brand.Parse("QQQ_00000000000000000000001")
-	if !errors.Is(err, brand.ErrUnknownKind) {
+	// The registry is process-wide: find a kind no earlier run registered.
+	kind := ""
+	for c := 'A'; c <= 'Z' && kind == ""; c++ {
+		if k := "Q" + string(c) + "Q"; !brand.Kind(k).Registered() {
+			kind = k
+		}
+	}
+	id := kind + "_00000000000000000000001"
+	if _, err := brand.Parse(id); !errors.Is(err, brand.ErrUnknownKind) {
 		t.Fatalf("err = %v, want ErrUnknownKind", err)
 	}
-	if _, err := brand.RegisterKind("QQQ"); err != nil {
+	if _, err := brand.RegisterKind(kind); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := brand.Parse("QQQ_00000000000000000000001"); err != nil {
+	if _, err := brand.Parse(id); err != nil {
 		t.Fatalf("after RegisterKind: %v", err)
 	}
 	if _, err := brand.RegisterKind("Qq1"); !errors.Is(err, brand.ErrInvalid) {
