@@ -2,11 +2,14 @@ package clix
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -42,6 +45,7 @@ const (
 	FlagRedis        = "redis"
 	FlagRedisWait    = "redis-wait"
 	FlagRedisCluster = "redis-cluster"
+	FlagRedisCA      = "redis-ca"
 	FlagPrefix       = "prefix"
 	FlagQueue        = "queue"
 	FlagStream       = "stream"
@@ -55,6 +59,7 @@ func CommonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagRedis, EnvVars: []string{"EMQ_REDIS_URL"}, Value: "redis://127.0.0.1:6379/0",
 			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS; several, comma-separated, for a cluster"},
+		&cli.StringFlag{Name: FlagRedisCA, EnvVars: []string{"EMQ_REDIS_CA"}, Usage: "PEM file of the CA that signed the rediss:// server certificate (default: the system roots)"},
 		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: []string{"EMQ_REDIS_CLUSTER"}, Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
 		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: []string{"EMQ_REDIS_WAIT"}, Value: 10 * time.Second,
 			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
@@ -142,6 +147,18 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 		if err != nil {
 			return nil, Usagef("--redis", "%s: %v", Redact(u), scrub(err, u))
 		}
+		if o.TLSConfig != nil {
+			o.TLSConfig.MinVersion = tls.VersionTLS12
+			if ca := c.String(FlagRedisCA); ca != "" {
+				pool, err := loadCA(ca)
+				if err != nil {
+					return nil, Usagef("--redis-ca", "%v", err)
+				}
+				o.TLSConfig.RootCAs = pool
+			}
+		} else if c.String(FlagRedisCA) != "" {
+			return nil, Usagef("--redis-ca", "given for %s, which is not a rediss:// URL", Redact(u))
+		}
 		opts = append(opts, o)
 	}
 	rdb := newClient(opts, c.Bool(FlagRedisCluster) || len(opts) > 1)
@@ -167,6 +184,19 @@ func newClient(opts []*redis.Options, cluster bool) redis.UniversalClient {
 		Addrs: addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		DialTimeout: 3 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRedirects: 8,
 	})
+}
+
+// loadCA reads a PEM bundle of CA certificates.
+func loadCA(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 func redactAll(urls []string) string {

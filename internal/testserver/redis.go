@@ -115,6 +115,24 @@ func (s *RedisServer) waitReady(limit time.Duration) error {
 	}
 }
 
+// startArgs starts the server with s.Args as they are and waits until its
+// port accepts connections (TLS servers cannot answer a plain PING).
+func (s *RedisServer) startArgs(bin string) error {
+	s.cmd = exec.Command(bin, s.Args...)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	for range 200 {
+		if c, err := net.Dial("tcp", s.Addr); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return fmt.Errorf("redis-server with TLS on %s did not listen", s.Addr)
+}
+
 // Stop kills the server and waits for it to exit. It is safe to call twice.
 func (s *RedisServer) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
