@@ -92,10 +92,7 @@ func deadRetry(c *cli.Context) error {
 	}
 	res, err := s.consumer.RetryDead(c.Context, h, match)
 	b, _ := json.Marshal(res)
-	out := c.App.Writer
-	if c.Bool("stdout") {
-		out = c.App.ErrWriter
-	}
+	out := summaryWriter(c)
 	fmt.Fprintf(out, "%s\n", b)
 	if err == nil && res.Failed > 0 {
 		err = fmt.Errorf("%d of %d retries failed; they stay in the dead-letter stream", res.Failed, res.Retried)

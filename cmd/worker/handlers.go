@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -199,4 +200,13 @@ func stdoutHandler(w io.Writer) stream.Handler {
 		}
 		return nil
 	}
+}
+
+// summaryWriter is where a command's JSON summary goes: stdout, unless the
+// deliveries themselves go there (--stdout), then stderr.
+func summaryWriter(c *cli.Context) io.Writer {
+	if c.Bool("stdout") {
+		return c.App.ErrWriter
+	}
+	return c.App.Writer
 }

@@ -76,10 +76,7 @@ func replayAction(c *cli.Context) error {
 	tagged := func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) }
 	res, runErr := archive.Replay(c.Context, rdb, l, read, name, from, to, tagged)
 	line, _ := json.Marshal(res)
-	out := c.App.Writer
-	if c.Bool("stdout") {
-		out = c.App.ErrWriter
-	}
+	out := summaryWriter(c)
 	fmt.Fprintf(out, "%s\n", line)
 	return runErr
 }

@@ -168,10 +168,7 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	sum, runErr := s.consumer.Run(c.Context, h)
-	out := c.App.Writer
-	if c.Bool("stdout") {
-		out = c.App.ErrWriter
-	}
+	out := summaryWriter(c)
 	if err := printSummary(out, s, sum); err != nil {
 		return err
 	}
