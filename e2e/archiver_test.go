@@ -88,9 +88,10 @@ func runArchiver(env []string, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
-// historyCounts runs one clean archive pass with bin (the archiver), then
-// compares the merged read with the appended ids.
-func historyCounts(t *testing.T, bin string, env []string, ids []string) (lost, dup, order, fromArchive, read int) {
+// archiveHistory runs one clean archive pass with bin (the archiver), then
+// checks the merged read against h. It returns the counts and how many
+// entries came from the archive.
+func archiveHistory(t *testing.T, bin string, env []string, h *history) (counts, int) {
 	t.Helper()
 	run := func(args ...string) string {
 		cmd := exec.Command(bin, args...)
@@ -103,47 +104,30 @@ func historyCounts(t *testing.T, bin string, env []string, ids []string) (lost, 
 		return out.String()
 	}
 	run("run", "--stream", "events", "--keep-last", "20")
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(run("read")), "\n") {
-		var r struct{ ID, Source string }
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("read line %q: %v", line, err)
-		}
-		got = append(got, r.ID)
-		if r.Source == "archive" {
-			fromArchive++
-		}
-	}
-	seen := map[string]int{}
-	for i, id := range got {
-		if seen[id]++; seen[id] > 1 {
-			dup++
-		}
-		if i > 0 && id <= got[i-1] {
-			order++
-		}
-	}
-	for _, id := range ids {
-		if seen[id] == 0 {
-			lost++
-		}
-	}
-	return lost, dup, order, fromArchive, len(got)
+	fromArchive := h.loadRead(t, run("read"))
+	return h.checkRead(), fromArchive
 }
 
 // checkHistory runs one clean archive pass, then checks that the merged
 // read holds every appended id exactly once, in order, and verify passes.
-func checkHistory(t *testing.T, env []string, ids []string) {
+func checkHistory(t *testing.T, env []string, ids []string) counts {
 	t.Helper()
-	lost, dup, order, fromArchive, read := historyCounts(t, filepath.Join(binDir, "archiver"), env, ids)
-	t.Logf("appended %d, read %d (%d from the archive): lost %d, duplicates %d, out of order %d", len(ids), read, fromArchive, lost, dup, order)
-	if lost+dup+order != 0 || read != len(ids) {
-		t.Fatalf("history broken: lost %d, duplicates %d, out of order %d, %d phantom", lost, dup, order, read-len(ids)+lost)
+	return checkRead(t, env, newHistory(ids))
+}
+
+// checkRead is checkHistory for a recorded history.
+func checkRead(t *testing.T, env []string, h *history) counts {
+	t.Helper()
+	c, fromArchive := archiveHistory(t, filepath.Join(binDir, "archiver"), env, h)
+	t.Logf("%s; read %d (%d from the archive)", c, len(h.read), fromArchive)
+	if c.broken(true) {
+		t.Fatalf("one history broken: %s", c)
 	}
 	if fromArchive == 0 {
 		t.Fatal("nothing came from the archive: the test did not archive")
 	}
 	silt(t, "", env, "archiver", "verify")
+	return c
 }
 
 // TestArchiver_NegativeControlTrimAboveW builds an archiver that trims one
@@ -163,9 +147,9 @@ func TestArchiver_NegativeControlTrimAboveW(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("broken archiver: %v\n%s", err, out)
 	}
-	lost, _, _, _, _ := historyCounts(t, broken, env, ids)
-	t.Logf("the broken archiver lost %d of %d entries; the checker saw it", lost, len(ids))
-	if lost == 0 {
+	c, _ := archiveHistory(t, broken, env, newHistory(ids))
+	report(t, scenario{Runs: 2, Faults: 1, Detected: b2i(c.broken(true)), counts: c})
+	if !c.broken(true) || c.Lost == 0 {
 		t.Fatal("the checker did not catch an archiver that trims above the watermark")
 	}
 }
@@ -197,7 +181,7 @@ func killAtEachStep(t *testing.T, srv redisUnderTest) {
 	if killed < 20 {
 		t.Fatalf("only %d runs reached their failpoint", killed)
 	}
-	checkHistory(t, env, ids)
+	report(t, scenario{Runs: 31, Faults: killed, counts: checkHistory(t, env, ids)})
 }
 
 // TestArchiver_RandomKills kills archiver runs at random moments.
@@ -224,7 +208,7 @@ func TestArchiver_RandomKills(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 	}
-	checkHistory(t, env, p.finish())
+	report(t, scenario{Runs: kills + 1, Faults: kills, counts: checkHistory(t, env, p.finish())})
 }
 
 // TestArchiver_FourAtOnce starts four archivers on one stream and remote,
@@ -268,7 +252,8 @@ func TestArchiver_FourAtOnce(t *testing.T) {
 	if lost == 0 {
 		t.Fatal("no lost race: the archivers did not really race")
 	}
-	checkHistory(t, archiverEnv(srv, filepath.Join(dir, "data0"), remote), p.finish())
+	c := checkHistory(t, archiverEnv(srv, filepath.Join(dir, "data0"), remote), p.finish())
+	report(t, scenario{Runs: 13, Faults: lost, Detected: lost, counts: c})
 }
 
 // TestArchiver_MinIORestart stops MinIO mid-run: runs fail cleanly or go
@@ -301,7 +286,7 @@ func TestArchiver_MinIORestart(t *testing.T) {
 	if failures == 0 {
 		t.Fatal("no run failed while MinIO was down")
 	}
-	checkHistory(t, env, p.finish())
+	report(t, scenario{Runs: 13, Faults: 1, Detected: failures, counts: checkHistory(t, env, p.finish())})
 }
 
 // TestArchiver_CorruptionIsNamedAndPullRepairs corrupts a remote segment and

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +19,10 @@ import (
 	"github.com/silt-dev/silt/internal/testserver"
 )
 
-const streamKey = "emq:{cm}:stream:events"
+const (
+	streamKey = "emq:{cm}:stream:events"
+	deadKey   = "emq:{cm}:dead:events:g"
+)
 
 // feed appends n entries with worker append and returns their branded ids.
 func feed(t *testing.T, env []string, n int) []string {
@@ -45,27 +47,9 @@ func recordingHandler(file string) []string {
 // handled reads the recorder file: how often each id was handled.
 func handled(t *testing.T, file string) map[string]int {
 	t.Helper()
-	counts := map[string]int{}
-	f, err := os.Open(file)
-	if errors.Is(err, os.ErrNotExist) {
-		return counts
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if len(sc.Bytes()) == 0 {
-			continue // a handler whose worker died before it wrote the delivery
-		}
-		var d struct{ ID string }
-		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
-			t.Fatalf("recorder line %q: %v", sc.Text(), err)
-		}
-		counts[d.ID]++
-	}
-	return counts
+	h := newHistory(nil)
+	h.loadHandled(t, file)
+	return h.handled
 }
 
 // startWorker starts `worker run` as a child process.
@@ -90,25 +74,28 @@ func killedBySignal(err error, sig syscall.Signal) bool {
 	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
-// checkAtLeastOnce runs one clean worker, then checks that every id was
-// handled at least once and that nothing is pending. It returns duplicates.
-func checkAtLeastOnce(t *testing.T, srv redisUnderTest, env []string, ids []string, rec string) int {
+// checkAtLeastOnce runs one clean worker, then checks the history: every id
+// handled or dead-lettered at least once, nothing pending. It returns the counts.
+func checkAtLeastOnce(t *testing.T, srv redisUnderTest, env []string, ids []string, rec string) counts {
 	t.Helper()
 	silt(t, "", env, "worker", append([]string{"run", "--consumer", "final", "--min-idle", "1ms", "--block", "300ms"}, recordingHandler(rec)...)...)
-	counts := handled(t, rec)
-	lost, dups := 0, 0
-	for _, id := range ids {
-		if counts[id] == 0 {
-			lost++
-		}
-		dups += max(counts[id]-1, 0)
+	return atLeastOnce(t, srv, newHistory(ids), rec)
+}
+
+// atLeastOnce checks h (with the handler calls in rec and the group's dead
+// letters) and that group g has nothing pending.
+func atLeastOnce(t *testing.T, srv redisUnderTest, h *history, rec string) counts {
+	t.Helper()
+	rdb := srv.Universal(t)
+	h.loadHandled(t, rec)
+	h.loadDead(t, rdb, deadKey)
+	c := h.checkHandled()
+	pending := rdb.XPending(context.Background(), streamKey, "g").Val().Count
+	t.Logf("%s, pending %d", c, pending)
+	if c.broken(false) || pending != 0 {
+		t.Fatalf("at least once broken: %s, pending %d", c, pending)
 	}
-	pending := srv.Universal(t).XPending(context.Background(), streamKey, "g").Val().Count
-	t.Logf("entries %d, handled %d distinct, lost %d, duplicates %d, pending %d", len(ids), len(counts), lost, dups, pending)
-	if lost != 0 || pending != 0 || len(counts) != len(ids) {
-		t.Fatalf("lost %d, pending %d, distinct handled %d of %d", lost, pending, len(counts), len(ids))
-	}
-	return dups
+	return c
 }
 
 // TestWorker_CrashAtEachPoint kills the worker with SIGKILL at each point of
@@ -125,8 +112,9 @@ func TestWorker_CrashAtEachPoint(t *testing.T) {
 			if err := cmd.Wait(); !killedBySignal(err, syscall.SIGKILL) {
 				t.Fatalf("worker was not killed at %s: %v\n%s", point, err, errOut)
 			}
-			dups := checkAtLeastOnce(t, srv, env, ids, rec)
-			if point == "after-handle" && dups == 0 {
+			c := checkAtLeastOnce(t, srv, env, ids, rec)
+			report(t, scenario{Runs: 2, Faults: 1, counts: c})
+			if point == "after-handle" && c.Duplicates == 0 {
 				t.Fatal("a kill between handle and ack must redeliver what was handled")
 			}
 		})
@@ -164,7 +152,8 @@ func randomKills(t *testing.T, srv redisUnderTest, entries, kills int) {
 		}
 	}
 	t.Logf("%d of %d workers killed mid-run", killed, kills)
-	checkAtLeastOnce(t, srv, env, ids, rec)
+	c := checkAtLeastOnce(t, srv, env, ids, rec)
+	report(t, scenario{Runs: kills + 1, Faults: killed, counts: c})
 }
 
 // TestWorker_SIGTERMMidBatch: in-flight handlers finish within the grace

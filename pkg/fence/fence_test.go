@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -142,7 +143,12 @@ func TestParseURL(t *testing.T) {
 	if _, cfg, _ = fence.ParseURL("s3://b/p?endpoint=https://fly.storage.tigris.dev&consistent=false"); cfg.Consistent {
 		t.Fatal("consistent=false ignored")
 	}
+	if _, cfg, err = fence.ParseURL("s3://b/p?timeout=2s"); err != nil || cfg.Timeout != 2*time.Second {
+		t.Fatalf("timeout=2s: %+v %v", cfg, err)
+	}
 	for _, tc := range []struct{ in, want string }{
+		{"s3://b/p?timeout=soon", "timeout"},
+		{"s3://b/p?timeout=-1s", "timeout"},
 		{"ftp://x/y", "unknown scheme"},
 		{"/just/a/path", "no scheme"},
 		{"file://host/dir", "host"},

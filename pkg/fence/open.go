@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ParseURL reads a store URL into a local directory or an S3Config:
@@ -57,9 +58,9 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "endpoint", "region", "path-style", "consistent":
+		case "endpoint", "region", "path-style", "consistent", "timeout":
 		default:
-			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent)", ErrBadURL, k)
+			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent, timeout)", ErrBadURL, k)
 		}
 	}
 	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
@@ -80,6 +81,13 @@ func parseS3(u *url.URL) (*S3Config, error) {
 			return nil, fmt.Errorf("%w: consistent=%q is not true or false", ErrBadURL, c)
 		}
 		cfg.Consistent = b
+	}
+	if t := q.Get("timeout"); t != "" {
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%w: timeout=%q is not a positive duration such as 10s", ErrBadURL, t)
+		}
+		cfg.Timeout = d
 	}
 	if ps := q.Get("path-style"); ps != "" {
 		b, err := strconv.ParseBool(ps)

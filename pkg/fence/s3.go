@@ -37,7 +37,7 @@ type S3Config struct {
 	// strong). ParseURL turns it on for Tigris endpoints.
 	Consistent bool
 
-	Timeout     time.Duration // bound on each request; 30s
+	Timeout     time.Duration // bound on each attempt of a request; 30s
 	MaxAttempts int           // SDK attempts per request, retries included; 3
 	HTTPClient  *http.Client  // optional (tests, TLS settings)
 }
@@ -132,8 +132,11 @@ func (s *S3) objectKey(key string) (string, error) {
 	return s.cfg.Prefix + "/" + key, nil
 }
 
+// timeout bounds one call, all its attempts included: each attempt has
+// Timeout (the HTTP client's), so an attempt whose reply never comes is
+// retried, and a retried create that finds its own object resolves by hash.
 func (s *S3) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.Timeout)
+	return context.WithTimeout(ctx, s.cfg.Timeout*time.Duration(s.cfg.MaxAttempts)+time.Second)
 }
 
 func sum256(b []byte) string {
@@ -158,6 +161,9 @@ func (s *S3) Create(ctx context.Context, key string, body []byte) error {
 		case err == nil:
 			return nil
 		case isCode(err, http.StatusPreconditionFailed, "PreconditionFailed"):
+			if negativeReadback {
+				return fmt.Errorf("create %s: %w", key, ErrExists)
+			}
 			return s.resolve(ctx, key, ok, hash)
 		case isCode(err, http.StatusConflict, "ConditionalRequestConflict") && attempt < s.ConflictRetries:
 			if err := sleep(ctx, backoff); err != nil {

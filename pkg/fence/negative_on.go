@@ -1,0 +1,7 @@
+//go:build silt_negative_readback
+
+package fence
+
+// negativeReadback: this build skips the 412 read-back on purpose (negative
+// control); never ship it.
+const negativeReadback = true
