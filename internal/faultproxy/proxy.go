@@ -25,8 +25,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
 	poisoned map[net.Conn]bool // server sides that lost a reply: they never answer again
-	closed bool
-	wg     sync.WaitGroup
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // Stats counts what the proxy did.
