@@ -22,7 +22,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../cmd/worker", "../cmd/archiver")
+	// SILT_BUILD_TAGS builds broken binaries for the negative controls
+	// (negative_test.go); it is empty otherwise.
+	build := exec.Command("go", "build", "-tags", os.Getenv("SILT_BUILD_TAGS"), "-o", dir+string(os.PathSeparator), "../cmd/worker", "../cmd/archiver")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)

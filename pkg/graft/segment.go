@@ -216,7 +216,7 @@ func checkPage(rec []byte, e indexEntry) ([]byte, error) {
 	}
 	no, n := binary.BigEndian.Uint64(rec), binary.BigEndian.Uint32(rec[8:])
 	data := rec[pageHeadSize:]
-	if no != e.No || n != e.Len || crc(rec[:12], data) != binary.BigEndian.Uint32(rec[12:]) {
+	if no != e.No || n != e.Len || (!negativeChecksum && crc(rec[:12], data) != binary.BigEndian.Uint32(rec[12:])) {
 		return nil, fmt.Errorf("%w: page %d checksum mismatch", ErrCorrupt, e.No)
 	}
 	return data, nil

@@ -302,3 +302,59 @@ func TestOpen_BadName(t *testing.T) {
 		}
 	}
 }
+
+// flipping is a store whose range reads of page records (16-byte head and
+// 1000 bytes of data) come back with one byte flipped in their middle, as a
+// bad disk or a bad proxy would return them.
+type flipping struct {
+	fence.Store
+	flipped atomic.Int64
+}
+
+func (f *flipping) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
+	b, err := f.Store.Get(ctx, k, r)
+	if err == nil && strings.Contains(k, "/segments/") && r.Len == 16+1000 {
+		b = bytes.Clone(b)
+		b[len(b)/2] ^= 0x01
+		f.flipped.Add(1)
+	}
+	return b, err
+}
+
+// TestVolume_CorruptPageReadByRangeIsNamed: a page read by range from a large
+// remote segment is checked against its own checksum (the whole-segment
+// checks do not see a range read); a flipped byte is an ErrCorrupt naming
+// the object, never wrong bytes. The silt_negative_checksum build skips the
+// page checksum and must fail here.
+func TestVolume_CorruptPageReadByRangeIsNamed(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	w := openVolume(t, t.TempDir(), st)
+	var pages []graft.Page
+	for i := range 50 {
+		pages = append(pages, graft.Page{No: archiveBase + uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 1000)})
+	}
+	c, err := w.Commit(ctx, pages, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &flipping{Store: st}
+	r := openVolume(t, t.TempDir(), bad)
+	r.CacheWholeBelow = 1000
+	detected := 0
+	for i := range 50 {
+		got, err := r.ReadAt(ctx, 1, archiveBase+uint64(i))
+		switch {
+		case errors.Is(err, graft.ErrCorrupt) && strings.Contains(err.Error(), c.Segment.Key):
+			detected++
+		case err != nil:
+			t.Fatalf("page %d: %v, want ErrCorrupt naming %s", i, err, c.Segment.Key)
+		case !bytes.Equal(got, pages[i].Data):
+			t.Logf("page %d: corrupt bytes returned as good", i)
+		}
+	}
+	t.Logf("history TestVolume_CorruptPageReadByRangeIsNamed: injected %d, detected %d", bad.flipped.Load(), detected)
+	if int64(detected) != bad.flipped.Load() || detected == 0 {
+		t.Fatalf("detected %d of %d flipped page reads", detected, bad.flipped.Load())
+	}
+}

@@ -52,6 +52,9 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 
 // process takes built jobs through prepare, dedupe, handlers and settle.
 func (r *run) process(ctx, wctx context.Context, jobs []*job) error {
+	if negativeAck {
+		r.ackEarly(wctx, jobs)
+	}
 	r.c.failpoint("after-read")
 	r.prepare(wctx, jobs)
 	if err := r.dedupe(wctx, jobs); err != nil {
@@ -341,4 +344,16 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	}
 	r.c.Logger.Info("dead-lettered", "entry", j.rawID, "stream_id", j.d.StreamID.String(), "reason", j.reason)
 	return nil
+}
+
+// ackEarly acks every job before it runs: the negative control's broken
+// order (see negativeAck). Never called in a real build.
+func (r *run) ackEarly(ctx context.Context, jobs []*job) {
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.d.StreamID.String())
+	}
+	if len(ids) > 0 {
+		r.c.log.rdb.XAck(ctx, r.c.log.key, r.c.group, ids...)
+	}
 }

@@ -1,0 +1,57 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// negativeControls each break one promise on purpose with a build tag; the
+// scenario that guards the promise must then fail, with the checker's words.
+var negativeControls = []struct {
+	tag, pkg, run, want string
+}{
+	// The worker acks a batch before its handlers run; killed after the read,
+	// the acked entries are never handled.
+	{"silt_negative_ack", "./e2e", "^TestWorker_CrashAtEachPoint$/^after-read$", "at least once broken"},
+	// A 412 is taken for a lost race without reading the object back.
+	{"silt_negative_readback", "./pkg/fence", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
+	// The page checksum is skipped: a corrupt page read by range goes through.
+	{"silt_negative_checksum", "./pkg/graft", "^TestVolume_CorruptPageReadByRangeIsNamed$", "flipped page reads"},
+}
+
+// TestNegativeControls runs each guarding scenario against its broken build
+// and expects it to fail: a checker that cannot fail proves nothing. (The
+// archiver that trims above the watermark has its own test,
+// TestArchiver_NegativeControlTrimAboveW.)
+func TestNegativeControls(t *testing.T) {
+	for _, nc := range negativeControls {
+		t.Run(strings.TrimPrefix(nc.tag, "silt_negative_"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", nc.tag, "-run", nc.run, nc.pkg)
+			cmd.Dir = ".."
+			cmd.Env = append(withoutReport(os.Environ()), "SILT_BUILD_TAGS="+nc.tag)
+			out, err := cmd.CombinedOutput()
+			red := err != nil && strings.Contains(string(out), nc.want)
+			report(t, scenario{Name: "negative control " + nc.tag, Runs: 1, Faults: 1, Detected: b2i(red)})
+			if !red {
+				t.Fatalf("%s did not turn %s %s red with %q (err %v):\n%s", nc.tag, nc.pkg, nc.run, nc.want, err, out)
+			}
+		})
+	}
+}
+
+// withoutReport drops SILT_RELIABILITY_REPORT, so broken builds report nothing.
+func withoutReport(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "SILT_RELIABILITY_REPORT=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
