@@ -24,10 +24,11 @@ import (
 // producer appends small batches to the stream until stopped, recording every
 // id Redis acknowledged.
 type producer struct {
-	mu   sync.Mutex
-	ids  []string
-	stop chan struct{}
-	done chan struct{}
+	mu      sync.Mutex
+	ids     []string
+	unknown int // entries of failed appends: maybe in the stream, maybe not
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // redisUnderTest is a single server or a cluster.
@@ -53,10 +54,13 @@ func startProducer(t *testing.T, srv redisUnderTest, every time.Duration) *produ
 			case <-time.After(every):
 			}
 			batch := []stream.Fields{{"n": fmt.Sprint(n), "pad": strings.Repeat("p", 40)}, {"n": fmt.Sprint(n), "k": "2"}}
-			ids, _ := l.AppendBatch(context.Background(), batch)
+			ids, err := l.AppendBatch(context.Background(), batch)
 			p.mu.Lock()
 			for _, id := range ids {
 				p.ids = append(p.ids, id.String())
+			}
+			if err != nil {
+				p.unknown += len(batch) - len(ids)
 			}
 			p.mu.Unlock()
 		}
@@ -70,6 +74,13 @@ func (p *producer) finish() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ids
+}
+
+// history stops the producer and returns what it recorded.
+func (p *producer) history() *history {
+	h := newHistory(p.finish())
+	h.unacked = p.unknown
+	return h
 }
 
 // archiverEnv is the environment of archiver runs on one stream.

@@ -36,9 +36,14 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(tw, "archived\t%d entries, %d bytes (%d malformed, archived as they are)\n", st.Archived, st.ArchivedBytes, st.Malformed)
 			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
 			fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
-			if st.Complete {
+			switch {
+			case st.Complete:
 				fmt.Fprintf(tw, "completeness\tcomplete: entries added = archived + live above W\n")
-			} else {
+			case st.Recreated:
+				fmt.Fprintf(tw, "completeness\tunknown: entries added (%d) < archived + live above W (%d): the stream was recreated "+
+					"(Redis restarted without persistence, FLUSHALL or DEL); what was not archived before is gone\n",
+					st.EntriesAdded, st.Archived+st.LiveUnarchived)
+			default:
 				fmt.Fprintf(tw, "completeness\t%d entries removed outside the archiver (MAXLEN, XDEL)\n", st.LostOutside)
 			}
 			if st.OldestUnarchived != "" {

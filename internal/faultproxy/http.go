@@ -78,5 +78,12 @@ func (h *HTTP) next(method string) (failure, bool) {
 	return failure{}, false
 }
 
+// Reset drops the failures not yet used up.
+func (h *HTTP) Reset() {
+	h.mu.Lock()
+	h.failures = nil
+	h.mu.Unlock()
+}
+
 // Close stops the proxy.
 func (h *HTTP) Close() error { return h.srv.Close() }

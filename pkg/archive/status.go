@@ -11,18 +11,22 @@ import (
 
 // Status is the archive's account of one stream.
 type Status struct {
-	Stream           string  `json:"stream"`
-	Volume           string  `json:"volume"`
-	W                string  `json:"w"`
-	LSN              uint64  `json:"lsn"`
-	Archived         int64   `json:"archived"`
-	ArchivedBytes    int64   `json:"archived_bytes"`
-	Malformed        int64   `json:"malformed"`
-	Live             int64   `json:"live"`            // XLEN
-	LiveUnarchived   int64   `json:"live_unarchived"` // live entries above the watermark
-	EntriesAdded     int64   `json:"entries_added"`   // XINFO STREAM entries-added
-	LostOutside      int64   `json:"lost_outside"`    // entries-added - archived - live unarchived
-	Complete         bool    `json:"complete"`        // LostOutside == 0
+	Stream         string `json:"stream"`
+	Volume         string `json:"volume"`
+	W              string `json:"w"`
+	LSN            uint64 `json:"lsn"`
+	Archived       int64  `json:"archived"`
+	ArchivedBytes  int64  `json:"archived_bytes"`
+	Malformed      int64  `json:"malformed"`
+	Live           int64  `json:"live"`            // XLEN
+	LiveUnarchived int64  `json:"live_unarchived"` // live entries above the watermark
+	EntriesAdded   int64  `json:"entries_added"`   // XINFO STREAM entries-added
+	LostOutside    int64  `json:"lost_outside"`    // entries-added - archived - live unarchived
+	Complete       bool   `json:"complete"`        // LostOutside == 0 and not Recreated
+	// Recreated: entries-added is below archived + live above W, which only
+	// a new stream under the same key explains (Redis restarted without
+	// persistence, FLUSHALL, DEL): how much was lost cannot be known.
+	Recreated        bool    `json:"stream_recreated"`
 	OldestUnarchived string  `json:"oldest_unarchived,omitempty"`
 	OldestAgeSec     float64 `json:"oldest_unarchived_age_seconds,omitempty"`
 	RemoteBytes      int64   `json:"remote_bytes"` // segments referenced by commits
@@ -69,7 +73,10 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.OldestAgeSec = time.Since(first[0].StreamID.Time()).Seconds()
 	}
 	s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived
-	s.Complete = s.LostOutside == 0
+	if s.LostOutside < 0 {
+		s.Recreated, s.LostOutside = true, 0
+	}
+	s.Complete = s.LostOutside == 0 && !s.Recreated
 	for _, c := range a.vol.Commits(1) {
 		s.RemoteBytes += c.Segment.Size
 	}
