@@ -22,13 +22,14 @@ func BenchmarkSegmentWrite_Ratio(b *testing.B) {
 		pages[i] = Page{No: 1<<63 + uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 1024)}
 	}
 	seg, _ := EncodeSegment(1, pages)
+	v := &Volume{dir: dir}
 	size := len(seg)
 	silt := func(tb testing.TB) int {
 		s, err := EncodeSegment(1, pages)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, "tmp"), filepath.Join(dir, "seg"), s); err != nil {
+		if err := v.writeFile(filepath.Join(dir, "seg"), s); err != nil {
 			tb.Fatal(err)
 		}
 		return size

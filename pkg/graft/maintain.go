@@ -149,11 +149,10 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		tmp := filepath.Join(v.dir, "tmp")
-		if err := writeFileAtomic(tmp, v.localSegment(c.Segment.Key), seg); err != nil {
+		if err := v.writeFile(v.localSegment(c.Segment.Key), seg); err != nil {
 			return rep, err
 		}
-		if err := writeFileAtomic(tmp, v.localCommit(c.LSN), obj); err != nil {
+		if err := v.writeFile(v.localCommit(c.LSN), obj); err != nil {
 			return rep, err
 		}
 		chain, prev = append(chain, c), c.Hash()

@@ -84,7 +84,7 @@ func (v *Volume) segment(ctx context.Context, c *Commit) (*Segment, error) {
 		return nil, err
 	}
 	if name != path {
-		if err := writeFileAtomic(v.dir+"/tmp", path, b); err != nil {
+		if err := v.writeFile(path, b); err != nil {
 			return nil, err
 		}
 	}

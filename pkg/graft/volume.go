@@ -40,6 +40,7 @@ type Volume struct {
 	store  fence.Store
 	writer string
 
+	fs      fileSystem // nil: the real one (files.go)
 	mu      sync.Mutex
 	commits []*Commit // index i holds LSN i+1
 	cache   map[string]*Segment
@@ -245,39 +246,7 @@ func (v *Volume) adopt(ctx context.Context, key string) error {
 	if err := v.link(c); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localCommit(c.LSN), b)
-}
-
-// writeFileAtomic writes tmp, fsyncs, renames into place and fsyncs the directory.
-func writeFileAtomic(tmpDir, path string, b []byte) error {
-	f, err := os.CreateTemp(tmpDir, "w-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return v.writeFile(v.localCommit(c.LSN), b)
 }
 
 func (v *Volume) failpoint(step string) {
@@ -316,7 +285,7 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, err)
 	}
 	v.failpoint("commit-put")
-	if err := writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localCommit(lsn), obj); err != nil {
+	if err := v.writeFile(v.localCommit(lsn), obj); err != nil {
 		return nil, err
 	}
 	v.push(c)
@@ -346,7 +315,7 @@ func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string
 func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte) error {
 	local := make(chan error, 1)
 	go func() {
-		err := writeFileAtomic(filepath.Join(v.dir, "tmp"), v.localSegment(key), seg)
+		err := v.writeFile(v.localSegment(key), seg)
 		if err == nil {
 			v.failpoint("segment-written")
 		}

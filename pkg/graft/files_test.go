@@ -1,0 +1,143 @@
+package graft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// faultFS is a file layer that fails: after room bytes a write returns
+// ENOSPC (a short write first, as a full disk does), or Sync or Rename
+// returns EIO.
+type faultFS struct {
+	room       int // bytes that still fit; negative: unlimited
+	syncErr    error
+	renameErr  error
+	calls      int
+	injections int
+}
+
+type faultFile struct {
+	*os.File
+	fs *faultFS
+}
+
+func (f *faultFS) CreateTemp(dir, pattern string) (writable, error) {
+	file, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f}, nil
+}
+
+func (f *faultFS) Rename(from, to string) error {
+	if f.renameErr != nil {
+		f.injections++
+		return f.renameErr
+	}
+	return os.Rename(from, to)
+}
+
+func (f *faultFile) Write(b []byte) (int, error) {
+	if f.fs.room < 0 || len(b) <= f.fs.room {
+		if f.fs.room >= 0 {
+			f.fs.room -= len(b)
+		}
+		return f.File.Write(b)
+	}
+	n, _ := f.File.Write(b[:f.fs.room])
+	f.fs.room = 0
+	f.fs.injections++
+	return n, syscall.ENOSPC
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.syncErr != nil {
+		f.fs.injections++
+		return f.fs.syncErr
+	}
+	return f.File.Sync()
+}
+
+// TestVolume_DiskFaults: a full disk, a failed fsync and a failed rename
+// while page files are written give a clear error naming the file; nothing
+// is committed, no temp file is left, the volume verifies, and the next
+// commit (disk healthy again) succeeds at the same LSN.
+func TestVolume_DiskFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fs        *faultFS
+		want      string
+		committed bool // the fault hit after the commit object was created
+	}{
+		{"disk full", &faultFS{room: 100}, "no space left on device", false},
+		{"disk full at once", &faultFS{room: 0}, "no space left on device", false},
+		{"disk full after the segment", &faultFS{room: 5092 + 10}, "no space left on device", true},
+		{"fsync EIO", &faultFS{room: -1, syncErr: syscall.EIO}, "input/output error", false},
+		{"rename EIO", &faultFS{room: -1, renameErr: syscall.EIO}, "input/output error", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, err := fence.OpenLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			v, err := Open(ctx, dir, "vol", st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages := []Page{{No: 1 << 63, Data: bytes.Repeat([]byte("a"), 5000)}}
+			if _, err := v.Commit(ctx, pages, nil); err != nil {
+				t.Fatal(err)
+			}
+			v.fs = tc.fs
+			_, err = v.Commit(ctx, []Page{{No: 1<<63 + 1, Data: bytes.Repeat([]byte("b"), 5000)}}, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), filepath.Join(dir, "vol")) {
+				t.Fatalf("commit on a failing disk: %v, want an error saying %q and naming the file", err, tc.want)
+			}
+			if tc.fs.injections == 0 {
+				t.Fatal("no fault was injected")
+			}
+			if v.Head() != 1 {
+				t.Fatalf("head %d after a failed commit, want 1", v.Head())
+			}
+			if tmp, _ := os.ReadDir(filepath.Join(dir, "vol", "tmp")); len(tmp) != 0 {
+				t.Fatalf("%d temp files left behind", len(tmp))
+			}
+			if _, err := v.VerifyLocal(ctx); err != nil {
+				t.Fatalf("volume corrupt after the fault: %v", err)
+			}
+			// The next run: a fresh handle on a healthy disk adopts what the
+			// remote holds and commits after it.
+			v2, err := Open(ctx, dir, "vol", st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(2)
+			if tc.committed {
+				want = 3
+			}
+			c, err := v2.Commit(ctx, []Page{{No: 1<<63 + 1, Data: []byte("b")}}, nil)
+			if err != nil || c.LSN != want {
+				t.Fatalf("recovery commit: %v (%+v), want LSN %d", err, c, want)
+			}
+			if _, err := v2.VerifyLocal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := v2.ReadAt(ctx, 2, 1<<63); err != nil || len(b) != 5000 {
+				t.Fatalf("page of commit 1 after recovery: %d bytes, %v", len(b), err)
+			}
+			if errors.Is(err, ErrCorrupt) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
