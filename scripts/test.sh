@@ -36,8 +36,8 @@ step "unit tests (-race)"
 go test -race -count=1 $(go list ./... | grep -v /e2e)
 
 step "fuzz targets (short)"
-for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg | sed 's/^func //' | sort -u); do
-	pkg=$(dirname "$(grep -rlE "^func $target\(" --include='*_test.go' pkg | head -1)")
+for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg cmd internal | sed 's/^func //' | sort -u); do
+	pkg=$(dirname "$(grep -rlE "^func $target\(" --include='*_test.go' pkg cmd internal | head -1)")
 	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5s}" "./$pkg"
 done
 

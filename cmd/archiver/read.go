@@ -40,8 +40,11 @@ type record struct {
 	ID       string            `json:"id"`
 	StreamID string            `json:"stream_id"`
 	Fields   map[string]string `json:"fields"`
-	Source   string            `json:"source"`
-	Error    string            `json:"error,omitempty"`
+	// FieldsBase64 holds the fields whose name or value is not UTF-8, both
+	// base64 encoded.
+	FieldsBase64 map[string]string `json:"fields_base64,omitempty"`
+	Source       string            `json:"source"`
+	Error        string            `json:"error,omitempty"`
 }
 
 func readAction(c *cli.Context) error {
@@ -132,6 +135,10 @@ func formatter(name string) (writeFunc, error) {
 }
 
 func writeJSON(w *bufio.Writer, r record) error {
+	r.Fields, r.FieldsBase64 = clix.SplitBinary(r.Fields)
+	if r.Fields == nil {
+		r.Fields = map[string]string{}
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -53,6 +53,8 @@ func runCommand() *cli.Command {
 		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
 		&cli.Int64Flag{Name: "slice-entries", Value: 10000, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
 		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
+		&cli.IntFlag{Name: "max-entry-bytes", EnvVars: []string{"EMQ_MAX_ENTRY_BYTES_ARCHIVE"}, Value: 16 << 20,
+			Usage: "largest entry archived; a larger one stops the run, named, before its slice is committed (0: no limit)"},
 		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
 		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
 	)
@@ -182,6 +184,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 		return r
 	}
 	a.SliceEntries, a.SliceBytes, a.Exact = c.Int64("slice-entries"), c.Int64("slice-bytes"), c.Bool("exact")
+	a.MaxEntryBytes = c.Int("max-entry-bytes")
 	a.Failpoint = failpointFromEnv()
 	r.Result, err = a.Run(c.Context, p, func(res archive.Result) {
 		bar.update(t.String(), res)

@@ -23,6 +23,7 @@ func appendCommand() *cli.Command {
 		Flags: append(clix.CommonFlags(),
 			&cli.IntFlag{Name: "batch", Value: 500, Usage: "entries per pipelined batch when reading stdin"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
+			maxEntryBytesFlag(),
 		),
 		Action: appendAction,
 	}
@@ -36,6 +37,9 @@ func appendAction(c *cli.Context) error {
 	if c.Int("batch") < 1 {
 		return clix.Usagef("--batch", "must be at least 1, got %d", c.Int("batch"))
 	}
+	if c.Int("max-entry-bytes") < 0 {
+		return clix.Usagef("--max-entry-bytes", "must be 0 (no limit) or more, got %d", c.Int("max-entry-bytes"))
+	}
 	var fields stream.Fields
 	if c.NArg() > 0 {
 		if fields, err = parseFieldArgs(c.Args().Slice()); err != nil {
@@ -48,6 +52,7 @@ func appendAction(c *cli.Context) error {
 	}
 	defer sess.Close()
 	log := sess.Log
+	log.MaxEntryBytes = c.Int("max-entry-bytes")
 	log.BatchSize = c.Int("batch")
 	if fields != nil {
 		id, err := log.Append(c.Context, fields)
@@ -100,6 +105,9 @@ func appendLines(c *cli.Context, log *stream.Log) error {
 	for in.Scan() {
 		lineNo++
 		fields, err := parseLine(in.Bytes())
+		if err == nil && fields != nil {
+			err = log.Check(fields)
+		}
 		if err != nil {
 			if ferr := flush(); ferr != nil {
 				return ferr

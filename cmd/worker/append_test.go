@@ -119,3 +119,14 @@ func TestAppend_PasswordNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseLine: a stdin line is fields or an error, never a panic; the
+// fields it gives hold exactly the strings of the JSON object.
+func FuzzParseLine(f *testing.F) {
+	for _, s := range []string{`{"a":"1"}`, `{"id":"x"}`, `{"a":1}`, `[]`, ``, `{"a":"\u0000"}`, `{"a":"1"} {"b":"2"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		parseLine(line)
+	})
+}

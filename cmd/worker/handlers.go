@@ -28,20 +28,27 @@ import (
 // deliveryDoc is a delivery as one JSON document: the exec handler's stdin,
 // the webhook's body and the --stdout line.
 type deliveryDoc struct {
-	ID        string            `json:"id"`
-	StreamID  string            `json:"stream_id"`
-	Attempts  int64             `json:"attempts"`
-	Group     string            `json:"group"`
-	Consumer  string            `json:"consumer"`
-	Payload   map[string]string `json:"payload"`
-	Recovered bool              `json:"recovered,omitempty"`
-	Replay    string            `json:"replay,omitempty"`
+	ID       string            `json:"id"`
+	StreamID string            `json:"stream_id"`
+	Attempts int64             `json:"attempts"`
+	Group    string            `json:"group"`
+	Consumer string            `json:"consumer"`
+	Payload  map[string]string `json:"payload"`
+	// PayloadBase64 holds the fields whose name or value is not UTF-8, both
+	// base64 encoded (JSON strings cannot carry raw bytes).
+	PayloadBase64 map[string]string `json:"payload_base64,omitempty"`
+	Recovered     bool              `json:"recovered,omitempty"`
+	Replay        string            `json:"replay,omitempty"`
 }
 
 func encodeDelivery(d stream.Delivery) ([]byte, error) {
+	text, b64 := clix.SplitBinary(d.Fields)
+	if text == nil {
+		text = map[string]string{}
+	}
 	return json.Marshal(deliveryDoc{
-		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts,
-		Group: d.Group, Consumer: d.Consumer, Payload: d.Fields, Recovered: d.Recovered, Replay: d.Replay,
+		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts, Group: d.Group, Consumer: d.Consumer,
+		Payload: text, PayloadBase64: b64, Recovered: d.Recovered, Replay: d.Replay,
 	})
 }
 

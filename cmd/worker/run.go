@@ -47,6 +47,7 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "block", Value: 2 * time.Second, Usage: "how long to wait for new entries before exiting"},
 		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
 		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "deliveries before an entry is dead-lettered"},
+		maxEntryBytesFlag(),
 		&cli.Int64Flag{Name: "max-entries", Usage: "stop after this many deliveries (0: no limit)"},
 		&cli.DurationFlag{Name: "max-duration", Usage: "stop after this long (0: no limit)"},
 		&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "handlers run in parallel within a batch"},
@@ -152,6 +153,9 @@ func describe(chosen []string) string {
 }
 
 func runAction(c *cli.Context) error {
+	if err := configure(c, &stream.Consumer{}); err != nil { // flags first, before any connection
+		return err
+	}
 	s, err := openConsumer(c)
 	if err != nil {
 		return err
@@ -189,9 +193,13 @@ func configure(c *cli.Context, k *stream.Consumer) error {
 	if c.Int("concurrency") < 1 {
 		return clix.Usagef("--concurrency", "must be at least 1, got %d", c.Int("concurrency"))
 	}
+	if c.Int("max-entry-bytes") < 0 {
+		return clix.Usagef("--max-entry-bytes", "must be 0 (no limit) or more, got %d", c.Int("max-entry-bytes"))
+	}
 	k.Count, k.Block, k.MinIdle = c.Int64("count"), c.Duration("block"), c.Duration("min-idle")
 	k.ClaimEvery = k.MinIdle
 	k.MaxAttempts, k.MaxEntries, k.MaxDuration = c.Int64("max-attempts"), c.Int64("max-entries"), c.Duration("max-duration")
+	k.MaxEntryBytes = c.Int("max-entry-bytes")
 	k.Concurrency, k.DedupeTTL = c.Int("concurrency"), c.Duration("dedupe-ttl")
 	k.Grace, k.ForgetAfter = c.Duration("grace"), c.Duration("forget-after")
 	return nil
@@ -247,4 +255,10 @@ func attachArchive(c *cli.Context, s *setup) error {
 	}
 	s.consumer.Payloads = a
 	return nil
+}
+
+// maxEntryBytesFlag is --max-entry-bytes of append and run.
+func maxEntryBytesFlag() cli.Flag {
+	return &cli.IntFlag{Name: "max-entry-bytes", EnvVars: []string{"EMQ_MAX_ENTRY_BYTES"}, Value: 1 << 20,
+		Usage: "largest entry (field names and values) appended or handled; run dead-letters larger ones unhandled (0: no limit)"}
 }

@@ -17,6 +17,10 @@ type Archive struct {
 	// SliceEntries and SliceBytes bound one fold (one commit).
 	SliceEntries int64
 	SliceBytes   int64
+	// MaxEntryBytes, when positive, stops a run at an entry larger than
+	// this (stream.EntryBytes), naming it, before anything of its slice is
+	// committed or trimmed.
+	MaxEntryBytes int
 	// Exact trims with XTRIM MINID = instead of ~ (which may keep a few
 	// archived entries longer, never drops an unarchived one).
 	Exact bool

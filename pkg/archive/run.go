@@ -159,6 +159,10 @@ func (a *Archive) commit(ctx context.Context, st state, slice []stream.RawEntry,
 	pages := make([]graft.Page, len(slice))
 	var bytes int64
 	for i, e := range slice {
+		if n := stream.EntryBytes(e.Fields); a.MaxEntryBytes > 0 && n > a.MaxEntryBytes {
+			return st, fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise --max-entry-bytes, or remove the entry): %w",
+				e.StreamID, a.log.Key(), n, a.MaxEntryBytes, stream.ErrOversized)
+		}
 		_, derr := a.log.Decode(e)
 		malformed := errors.Is(derr, stream.ErrMalformed)
 		if malformed {

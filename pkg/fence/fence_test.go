@@ -183,3 +183,21 @@ func TestS3_ConsistentHeader(t *testing.T) {
 		t.Fatalf("%d requests carried X-Tigris-Consistent, want 2", srv.Consistent)
 	}
 }
+
+// FuzzParseURL: any store URL parses or is an ErrBadURL, and an error never
+// shows the URL's password.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"file:///tmp/x", "s3://b/p?endpoint=http://127.0.0.1:9000&path-style=true&timeout=2s",
+		"s3://user:canary-pw@b/p", "ftp://x", "%zz", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _, err := fence.ParseURL(s)
+		if err != nil && !errors.Is(err, fence.ErrBadURL) {
+			t.Fatalf("ParseURL(%q): %v is not ErrBadURL", s, err)
+		}
+		if err != nil && strings.Contains(s, ":canary-pw@") && strings.Contains(err.Error(), "canary-pw") {
+			t.Fatalf("ParseURL(%q) error shows the password: %v", s, err)
+		}
+	})
+}

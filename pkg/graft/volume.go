@@ -71,6 +71,9 @@ func Open(ctx context.Context, dataDir, name string, store fence.Store, keepMeta
 	if err := v.loadLocal(); err != nil {
 		return nil, err
 	}
+	if err := v.sameHistory(ctx); err != nil {
+		return nil, err
+	}
 	if err := v.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -125,6 +128,38 @@ func (v *Volume) loadLocal() error {
 		if err := v.link(c); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ErrForeignRemote: the local files and the remote hold different
+// histories of the volume (another remote, or a remote that lost commits).
+var ErrForeignRemote = errors.New("local volume and remote disagree")
+
+// sameHistory checks that the remote holds the local head commit, byte for
+// byte: a data directory pointed at another remote (or at one that lost
+// commits) must not chain new commits onto a history the remote never had.
+func (v *Volume) sameHistory(ctx context.Context) error {
+	if len(v.commits) == 0 {
+		return nil
+	}
+	head := v.commits[len(v.commits)-1]
+	key := v.commitKey(head.LSN)
+	b, err := v.store.Get(ctx, key, fence.Range{})
+	if errors.Is(err, fence.ErrNotFound) {
+		return fmt.Errorf("open volume %s: local head is commit %d, %s has no %s: %w (another remote, or one that lost data; "+
+			"move %s aside to start from the remote)", v.name, head.LSN, v.store, key, ErrForeignRemote, v.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	theirs, err := DecodeCommit(key, b)
+	if err != nil {
+		return fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	if theirs.Hash() != head.Hash() {
+		return fmt.Errorf("open volume %s: local commit %d differs from %s in %s: %w (a different history; "+
+			"move %s aside to start from the remote)", v.name, head.LSN, key, v.store, ErrForeignRemote, v.dir)
 	}
 	return nil
 }

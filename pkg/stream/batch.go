@@ -25,9 +25,9 @@ const maxChunkBytes = 4 << 20
 // ids are minted; if anyone writes the stream before EXEC, EXEC is refused
 // and the chunk is retried, at most MaxRetries times.
 func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, error) {
-	for _, f := range batch {
-		if err := checkFields(f); err != nil {
-			return nil, err
+	for i, f := range batch {
+		if err := l.checkFields(f); err != nil {
+			return nil, fmt.Errorf("entry %d of the batch: %w", i, err)
 		}
 	}
 	ids := make([]brand.ID, 0, len(batch))

@@ -17,21 +17,22 @@ import (
 // entries, and returns when the work is done or its budget is spent. Set the
 // exported fields before Run; zero values take the defaults shown.
 type Consumer struct {
-	Count        int64         // entries per read; 100
-	Block        time.Duration // how long a read of new entries waits; 2s
-	MinIdle      time.Duration // idle time (judged by the server) after which a peer's entry is reclaimed; 30s
-	ClaimEvery   time.Duration // period of the reclaim beat during long runs; MinIdle
-	MaxAttempts  int64         // deliveries before an entry is dead-lettered; 5
-	MaxEntries   int64         // stop after handling this many deliveries; 0 means no limit
-	MaxDuration  time.Duration // stop after this long; 0 means no limit
-	Concurrency  int           // handlers of one batch run in parallel; 1
-	DedupeTTL    time.Duration // when set, entries already handled by the group are acked unhandled
-	Grace        time.Duration // how long in-flight handlers may finish after cancellation; 10s
-	ForgetAfter  time.Duration // remove consumers with nothing pending idle this long; 24h; negative: never
-	WriteTimeout time.Duration // bound on acks and dead letters written after cancellation; 10s
-	Payloads     PayloadSource // recovers entries trimmed while pending; nil: dead-letter them. A History also catches up lagging groups
-	LeaseTTL     time.Duration // how long a catch-up lease lasts without renewal; 30s
-	Logger       *slog.Logger  // where the run reports what it skips or removes; discard by default
+	Count         int64         // entries per read; 100
+	Block         time.Duration // how long a read of new entries waits; 2s
+	MinIdle       time.Duration // idle time (judged by the server) after which a peer's entry is reclaimed; 30s
+	ClaimEvery    time.Duration // period of the reclaim beat during long runs; MinIdle
+	MaxAttempts   int64         // deliveries before an entry is dead-lettered; 5
+	MaxEntryBytes int           // entries larger than this (EntryBytes) are dead-lettered unhandled, without their payload; 0: no limit
+	MaxEntries    int64         // stop after handling this many deliveries; 0 means no limit
+	MaxDuration   time.Duration // stop after this long; 0 means no limit
+	Concurrency   int           // handlers of one batch run in parallel; 1
+	DedupeTTL     time.Duration // when set, entries already handled by the group are acked unhandled
+	Grace         time.Duration // how long in-flight handlers may finish after cancellation; 10s
+	ForgetAfter   time.Duration // remove consumers with nothing pending idle this long; 24h; negative: never
+	WriteTimeout  time.Duration // bound on acks and dead letters written after cancellation; 10s
+	Payloads      PayloadSource // recovers entries trimmed while pending; nil: dead-letter them. A History also catches up lagging groups
+	LeaseTTL      time.Duration // how long a catch-up lease lasts without renewal; 30s
+	Logger        *slog.Logger  // where the run reports what it skips or removes; discard by default
 
 	// Failpoint, when set, is called at named points of each batch
 	// ("after-read", "mid-batch", "after-handle", "after-ack"): crash tests

@@ -131,6 +131,14 @@ func (r *run) prepare(ctx context.Context, jobs []*job) {
 		case errors.As(j.err, &me):
 			j.fate, j.reason = fateDead, "malformed entry: "+me.Reason
 			r.sum.Malformed++
+		case r.c.MaxEntryBytes > 0 && EntryBytes(j.d.Fields) > r.c.MaxEntryBytes:
+			// The payload stays out of the dead letter (it would be as
+			// large); it is still in the stream, or in the archive.
+			j.fate = fateDead
+			j.reason = fmt.Sprintf("oversized entry: %d bytes in %d fields, over max-entry-bytes %d; payload left in the stream",
+				EntryBytes(j.d.Fields), len(j.d.Fields), r.c.MaxEntryBytes)
+			j.d.Fields = nil
+			r.sum.Oversized++
 		case j.d.Attempts > r.c.MaxAttempts:
 			j.fate = fateDead
 			j.reason = fmt.Sprintf("delivered %d times, more than max-attempts %d", j.d.Attempts, r.c.MaxAttempts)

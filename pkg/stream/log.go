@@ -22,7 +22,19 @@ var (
 	ErrReservedField = errors.New("reserved field")
 	// ErrBehind means the stream top stayed ahead of the minter after every retry.
 	ErrBehind = errors.New("stream top stays ahead of the minter")
+	// ErrOversized means an entry is larger than the limit (MaxEntryBytes).
+	ErrOversized = errors.New("entry over the size limit")
 )
+
+// EntryBytes is what an entry counts against a size limit: the bytes of its
+// field names and values.
+func EntryBytes(fields map[string]string) int {
+	n := 0
+	for k, v := range fields {
+		n += len(k) + len(v)
+	}
+	return n
+}
 
 // Client is the part of go-redis the stream package uses. *redis.Client,
 // *redis.ClusterClient and *redis.Ring satisfy it.
@@ -48,6 +60,9 @@ type Log struct {
 	BatchSize int
 	// MaxRetries bounds how often an append re-mints after another writer got ahead.
 	MaxRetries int
+	// MaxEntryBytes, when positive, refuses appends of entries larger than
+	// this (EntryBytes) with ErrOversized, before anything is sent.
+	MaxEntryBytes int
 
 	rdb       Client
 	ks        Keyspace
@@ -110,7 +125,7 @@ func (l *Log) Minter() *brand.Minter { return l.minter }
 // and returns the id. When another writer is ahead, it re-mints past the stream
 // top and retries, at most MaxRetries times.
 func (l *Log) Append(ctx context.Context, fields Fields) (brand.ID, error) {
-	if err := checkFields(fields); err != nil {
+	if err := l.checkFields(fields); err != nil {
 		return brand.ID{}, err
 	}
 	for range l.MaxRetries + 1 {
@@ -136,7 +151,7 @@ func (l *Log) AppendID(ctx context.Context, id brand.ID, fields Fields) error {
 	if id.Kind != l.Kind() {
 		return fmt.Errorf("append %s to %s: kind %s, stream holds %s: %w", id, l.key, id.Kind, l.Kind(), ErrWrongKind)
 	}
-	if err := checkFields(fields); err != nil {
+	if err := l.checkFields(fields); err != nil {
 		return err
 	}
 	err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
@@ -146,9 +161,16 @@ func (l *Log) AppendID(ctx context.Context, id brand.ID, fields Fields) error {
 	return nil
 }
 
-func checkFields(fields Fields) error {
+// Check tells whether Append would accept fields: no "id" field
+// (ErrReservedField) and within MaxEntryBytes (ErrOversized).
+func (l *Log) Check(fields Fields) error { return l.checkFields(fields) }
+
+func (l *Log) checkFields(fields Fields) error {
 	if _, ok := fields[IDField]; ok {
 		return fmt.Errorf("payload sets field %q, which holds the branded id: %w", IDField, ErrReservedField)
+	}
+	if n := EntryBytes(fields); l.MaxEntryBytes > 0 && n > l.MaxEntryBytes {
+		return fmt.Errorf("entry of %d bytes in %d fields, over the limit of %d: %w", n, len(fields), l.MaxEntryBytes, ErrOversized)
 	}
 	return nil
 }

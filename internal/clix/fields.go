@@ -1,0 +1,27 @@
+package clix
+
+import (
+	"encoding/base64"
+	"unicode/utf8"
+)
+
+// SplitBinary splits fields for a JSON document: values that are valid
+// UTF-8 stay as they are; the others (binary values) come back base64
+// encoded in the second map, because JSON strings cannot hold them and Go's
+// encoder would replace their bytes silently. Either map is nil when empty.
+func SplitBinary(fields map[string]string) (text, b64 map[string]string) {
+	for k, v := range fields {
+		if utf8.ValidString(v) && utf8.ValidString(k) {
+			if text == nil {
+				text = make(map[string]string, len(fields))
+			}
+			text[k] = v
+			continue
+		}
+		if b64 == nil {
+			b64 = map[string]string{}
+		}
+		b64[base64.StdEncoding.EncodeToString([]byte(k))] = base64.StdEncoding.EncodeToString([]byte(v))
+	}
+	return text, b64
+}
