@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -15,22 +16,47 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisServer is one redis-server process owned by a test.
+// RedisServer is one redis-server process owned by a test. Besides the
+// default user (for the test's own clients), it has the user silt runs as
+// (SiltACL), with Password.
 type RedisServer struct {
-	Addr string // host:port on loopback
-	Dir  string // data directory
-	Args []string
+	Addr     string // host:port on loopback
+	Dir      string // data directory
+	Args     []string
+	Password string      // of SiltUser: a canary, never to be printed
+	tls      *tls.Config // the clients' TLS settings, for a TLS server
 
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
-// URL returns the server's redis:// URL for database 0.
-func (s *RedisServer) URL() string { return "redis://" + s.Addr + "/0" }
+// launch starts redis-server with args and watches for its exit.
+func (s *RedisServer) launch(bin string, args ...string) error {
+	s.cmd = exec.Command(bin, args...)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		cmd.Wait()
+		close(exited)
+	}(s.cmd, s.exited)
+	return nil
+}
+
+// URL returns the URL silt connects with: user silt (SiltACL), database 0,
+// rediss:// for a TLS server.
+func (s *RedisServer) URL() string {
+	if s.tls != nil {
+		return userURL("rediss", s.Addr, s.Password)
+	}
+	return userURL("redis", s.Addr, s.Password)
+}
 
 // Client returns a client of the server, closed when the test ends.
 func (s *RedisServer) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
@@ -41,9 +67,10 @@ func (s *RedisServer) Client(tb testing.TB) *redis.Client {
 func Redis(tb testing.TB, extra ...string) *RedisServer {
 	tb.Helper()
 	bin := redisBinary(tb)
-	s := &RedisServer{Dir: tb.TempDir()}
+	s := &RedisServer{Dir: tb.TempDir(), Password: newPassword()}
 	s.Args = append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
+		"--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}, userArgs(s.Password)...)
+	s.Args = append(s.Args, extra...)
 	var err error
 	for range 5 { // a free port can be taken between choosing and binding it
 		if err = s.start(bin); err == nil {
@@ -85,8 +112,7 @@ func (s *RedisServer) start(bin string) error {
 		return err
 	}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s.cmd = exec.Command(bin, append([]string{"--port", strconv.Itoa(port)}, s.Args...)...)
-	if err := s.cmd.Start(); err != nil {
+	if err := s.launch(bin, append([]string{"--port", strconv.Itoa(port)}, s.Args...)...); err != nil {
 		return err
 	}
 	if err := s.waitReady(10 * time.Second); err != nil {
@@ -110,6 +136,9 @@ func (s *RedisServer) waitReady(limit time.Duration) error {
 		case <-ctx.Done():
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 			return fmt.Errorf("redis-server on %s not ready: %v\n%s", s.Addr, err, log)
+		case <-s.exited:
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited at start:\n%s", s.Addr, log)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -118,8 +147,7 @@ func (s *RedisServer) waitReady(limit time.Duration) error {
 // startArgs starts the server with s.Args as they are and waits until its
 // port accepts connections (TLS servers cannot answer a plain PING).
 func (s *RedisServer) startArgs(bin string) error {
-	s.cmd = exec.Command(bin, s.Args...)
-	if err := s.cmd.Start(); err != nil {
+	if err := s.launch(bin, s.Args...); err != nil {
 		return err
 	}
 	for range 200 {
@@ -139,7 +167,7 @@ func (s *RedisServer) Stop() {
 		return
 	}
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -148,8 +176,7 @@ func (s *RedisServer) Restart(tb testing.TB) {
 	tb.Helper()
 	s.Stop()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command(redisBinary(tb), append([]string{"--port", port}, s.Args...)...)
-	if err := s.cmd.Start(); err != nil {
+	if err := s.launch(redisBinary(tb), append([]string{"--port", port}, s.Args...)...); err != nil {
 		tb.Fatalf("restart redis-server: %v", err)
 	}
 	if err := s.waitReady(10 * time.Second); err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -78,10 +79,15 @@ func RedisTLS(tb testing.TB, f TLSFiles) *RedisServer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &RedisServer{Dir: tb.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s := &RedisServer{Dir: tb.TempDir(), Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Password: newPassword()}
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(f.CA)
+	pool.AppendCertsFromPEM(ca)
+	s.tls = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
 	s.Args = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "no",
 		"--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}
+	s.Args = append(s.Args, userArgs(s.Password)...)
 	if err := s.startArgs(bin); err != nil {
 		tb.Fatal(err)
 	}
