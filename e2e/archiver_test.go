@@ -96,6 +96,7 @@ func runArchiver(env []string, args ...string) (string, string, error) {
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	transcript.add(out.String(), errOut.String())
 	return out.String(), errOut.String(), err
 }
 
@@ -109,7 +110,9 @@ func archiveHistory(t *testing.T, bin string, env []string, h *history) (counts,
 		cmd.Env = append(os.Environ(), env...)
 		var out, errOut strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errOut
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		transcript.add(out.String(), errOut.String())
+		if err != nil {
 			t.Fatalf("archiver %v: %v\n%s", args, err, errOut.String())
 		}
 		return out.String()

@@ -30,6 +30,7 @@ func exitCode(t *testing.T, env []string, stdin, bin string, args ...string) (in
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	transcript.add(out.String(), errOut.String())
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String()
 	}

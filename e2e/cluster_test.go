@@ -18,13 +18,19 @@ import (
 
 // TestCluster_WorkerKillsAndArchiver runs the worker kill scenario and the
 // archiver scenario against a 3-master, 3-replica cluster.
-func TestCluster_WorkerKillsAndArchiver(t *testing.T) {
-	cl := testserver.Cluster(t)
-	cc := cl.Client(t)
+func TestCluster_WorkerKillsAndArchiver(t *testing.T) { killsAcrossArchive(t, testserver.Cluster(t)) }
+
+// TestWorker_KillsAcrossArchive is the same scenario on one redis-server.
+func TestWorker_KillsAcrossArchive(t *testing.T) { killsAcrossArchive(t, testserver.Redis(t)) }
+
+// killsAcrossArchive kills workers at random while they read, with an
+// archive run (which trims what the group has not read yet) half-way.
+func killsAcrossArchive(t *testing.T, cl redisUnderTest) {
+	cc := cl.Universal(t)
 	dir := t.TempDir()
 	env := []string{"EMQ_REDIS_URL=" + cl.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g",
 		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
-		"EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache")}
+		"EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache"), "EMQ_LEASE_TTL=1s"}
 	ids := feed(t, env, 2000)
 	rec := filepath.Join(dir, "handled")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
@@ -40,15 +46,11 @@ func TestCluster_WorkerKillsAndArchiver(t *testing.T) {
 	}
 	silt(t, "", env, "worker", append([]string{"run", "--consumer", "final", "--min-idle", "1ms", "--block", "300ms",
 		"--archive-remote", "file://" + filepath.Join(dir, "remote")}, recordingHandler(rec)...)...)
-	counts := handled(t, rec)
-	for _, id := range ids {
-		if counts[id] == 0 {
-			t.Fatalf("entry %s never handled", id)
-		}
+	for _, d := range cc.XRange(context.Background(), deadKey, "-", "+").Val() {
+		t.Logf("dead letter %s: %s", d.Values["entry_id"], d.Values["reason"])
 	}
-	if p := cc.XPending(context.Background(), streamKey, "g").Val().Count; p != 0 {
-		t.Fatalf("%d pending", p)
-	}
+	c := atLeastOnce(t, cl, newHistory(ids), rec)
+	report(t, scenario{Name: "cluster: worker kills across an archive run", Runs: 8, Faults: 6, counts: c})
 	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "100")
 	out := silt(t, "", env, "archiver", "read")
 	if n := strings.Count(out, "\n"); n != len(ids) {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +35,51 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
+	if leaks := transcript.leaks(); len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: a secret was printed by a silt binary:\n%s\n", strings.Join(leaks, "\n"))
+		code = 1
+	}
 	os.Exit(code)
+}
+
+// transcript keeps what every silt binary printed in this process, so that
+// TestMain can check that no secret (a Redis password, an S3 secret key, a
+// canary) ever showed, in any test, on any path.
+var transcript printed
+
+type printed struct {
+	mu    sync.Mutex
+	texts []string
+}
+
+func (p *printed) add(texts ...string) {
+	p.mu.Lock()
+	p.texts = append(p.texts, texts...)
+	p.mu.Unlock()
+}
+
+// leaks returns the lines that hold a secret, with the secret masked.
+func (p *printed) leaks() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, secret := range testserver.Secrets() {
+		for _, text := range p.texts {
+			for _, line := range strings.Split(text, "\n") {
+				if strings.Contains(line, secret) {
+					out = append(out, strings.ReplaceAll(line, secret, "<secret>"))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkedRuns counts the binary runs whose output went through the transcript.
+func checkedRuns() int {
+	transcript.mu.Lock()
+	defer transcript.mu.Unlock()
+	return len(transcript.texts) / 2
 }
 
 // silt runs one of the binaries and returns stdout; it fails the test on a non-zero exit.
@@ -46,7 +92,9 @@ func silt(t *testing.T, stdin string, env []string, bin string, args ...string) 
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	transcript.add(out.String(), errOut.String())
+	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", bin, args, err, errOut.String())
 	}
 	return out.String()

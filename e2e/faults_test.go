@@ -47,6 +47,7 @@ func loop(t *testing.T, env []string, bin string, args ...string) *looper {
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			err := cmd.Run()
 			cancel()
+			transcript.add(out.String(), errOut.String())
 			l.runs++
 			if err != nil {
 				l.failures++

@@ -109,5 +109,33 @@ func runWorkerCmd(env []string, args ...string) (string, string, error) {
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	transcript.add(out.String(), errOut.String())
 	return out.String(), errOut.String(), err
+}
+
+// TestWorker_KilledAfterReclaimingTrimmedEntries: a dead peer's pending
+// entries are archived and trimmed; XAUTOCLAIM hands them to a worker as
+// deleted ids and removes them from the PEL in the same step. The worker is
+// killed right then (SIGKILL after the read): nothing may be lost, so the
+// claim must leave a durable record that the next run catches up from.
+func TestWorker_KilledAfterReclaimingTrimmedEntries(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	remote := "file://" + filepath.Join(dir, "remote")
+	env := append(archiverEnv(srv, filepath.Join(dir, "data"), remote), "EMQ_GROUP=g", "EMQ_ARCHIVE_CACHE="+filepath.Join(dir, "cache"))
+	ids := feed(t, env, 100)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	rdb.XGroupCreate(ctx, streamKey, "g", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{streamKey, ">"}, Count: 100})
+	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "10", "--exact")
+	rec := filepath.Join(dir, "handled")
+	args := append([]string{"--consumer", "w1", "--min-idle", "1ms", "--block", "200ms"}, recordingHandler(rec)...)
+	cmd, _, errOut := startWorker(t, append(env, "SILT_FAILPOINT=after-read:1"), args...)
+	if err := cmd.Wait(); !killedBySignal(err, syscall.SIGKILL) {
+		t.Fatalf("worker not killed after the claim: %v\n%s", err, errOut)
+	}
+	silt(t, "", env, "worker", append([]string{"run"}, args...)...)
+	c := atLeastOnce(t, srv, newHistory(ids), rec)
+	report(t, scenario{Name: "worker killed after reclaiming trimmed entries", Runs: 3, Faults: 1, counts: c})
 }

@@ -48,6 +48,8 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
 		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "deliveries before an entry is dead-lettered"},
 		maxEntryBytesFlag(),
+		&cli.DurationFlag{Name: "lease-ttl", EnvVars: []string{"EMQ_LEASE_TTL"}, Value: 30 * time.Second,
+			Usage: "catch-up lease: how long a consumer that stopped renewing it (it died) blocks the others' catch-up"},
 		&cli.Int64Flag{Name: "max-entries", Usage: "stop after this many deliveries (0: no limit)"},
 		&cli.DurationFlag{Name: "max-duration", Usage: "stop after this long (0: no limit)"},
 		&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "handlers run in parallel within a batch"},
@@ -185,7 +187,7 @@ func configure(c *cli.Context, k *stream.Consumer) error {
 			return clix.Usagef("--"+name, "must be at least 1, got %d", c.Int64(name))
 		}
 	}
-	for _, name := range []string{"block", "min-idle"} {
+	for _, name := range []string{"block", "min-idle", "lease-ttl"} {
 		if c.Duration(name) < time.Millisecond {
 			return clix.Usagef("--"+name, "must be at least 1ms, got %s", c.Duration(name))
 		}
@@ -199,7 +201,7 @@ func configure(c *cli.Context, k *stream.Consumer) error {
 	k.Count, k.Block, k.MinIdle = c.Int64("count"), c.Duration("block"), c.Duration("min-idle")
 	k.ClaimEvery = k.MinIdle
 	k.MaxAttempts, k.MaxEntries, k.MaxDuration = c.Int64("max-attempts"), c.Int64("max-entries"), c.Duration("max-duration")
-	k.MaxEntryBytes = c.Int("max-entry-bytes")
+	k.MaxEntryBytes, k.LeaseTTL = c.Int("max-entry-bytes"), c.Duration("lease-ttl")
 	k.Concurrency, k.DedupeTTL = c.Int("concurrency"), c.Duration("dedupe-ttl")
 	k.Grace, k.ForgetAfter = c.Duration("grace"), c.Duration("forget-after")
 	return nil

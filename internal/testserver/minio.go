@@ -2,6 +2,8 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,15 +18,23 @@ import (
 // restart the store; others share the one scripts/servers.sh starts).
 type MinIOServer struct {
 	S3Server
-	Dir  string
-	port int
-	cmd  *exec.Cmd
-	bin  string
+	Dir    string
+	port   int
+	cmd    *exec.Cmd
+	bin    string
+	certs  string       // --certs-dir of a TLS server
+	client *http.Client // for the readiness probe
 }
 
 // MinIO starts a private MinIO on a free port with its data in a temp dir.
 // The binary comes from SILT_MINIO_BIN, PATH, or $(go env GOPATH)/bin.
-func MinIO(tb testing.TB) *MinIOServer {
+func MinIO(tb testing.TB) *MinIOServer { return startMinIO(tb, nil) }
+
+// MinIOTLS starts a private MinIO that speaks only HTTPS, with f's server
+// certificate; its Endpoint is https://.
+func MinIOTLS(tb testing.TB, f TLSFiles) *MinIOServer { return startMinIO(tb, &f) }
+
+func startMinIO(tb testing.TB, f *TLSFiles) *MinIOServer {
 	tb.Helper()
 	bin := os.Getenv("SILT_MINIO_BIN")
 	if bin == "" {
@@ -44,9 +54,22 @@ func MinIO(tb testing.TB) *MinIOServer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &MinIOServer{Dir: tb.TempDir(), port: port, bin: bin}
+	s := &MinIOServer{Dir: tb.TempDir(), port: port, bin: bin, client: http.DefaultClient}
 	s.Name, s.Endpoint = "minio", "http://127.0.0.1:"+strconv.Itoa(port)
-	s.AccessKey, s.SecretKey = "silttest", fmt.Sprintf("secret-%d", Unique())
+	if f != nil {
+		s.certs = tb.TempDir()
+		copyFile(tb, f.Cert, filepath.Join(s.certs, "public.crt"))
+		copyFile(tb, f.Key, filepath.Join(s.certs, "private.key"))
+		pool := x509.NewCertPool()
+		ca, _ := os.ReadFile(f.CA)
+		pool.AppendCertsFromPEM(ca)
+		s.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		// The readiness probe only asks whether the server is up; what the
+		// certificate is worth is for the test to find out.
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		s.Endpoint = "https://127.0.0.1:" + strconv.Itoa(port)
+	}
+	s.AccessKey, s.SecretKey = "silttest", Canary(fmt.Sprintf("canary-secret-%d", Unique()))
 	s.Start(tb)
 	tb.Cleanup(s.Stop)
 	return s
@@ -56,8 +79,12 @@ func MinIO(tb testing.TB) *MinIOServer {
 func (s *MinIOServer) Start(tb testing.TB) {
 	tb.Helper()
 	console, _ := FreePort()
-	s.cmd = exec.Command(s.bin, "server", "--quiet", "--address", "127.0.0.1:"+strconv.Itoa(s.port),
-		"--console-address", "127.0.0.1:"+strconv.Itoa(console), s.Dir)
+	args := []string{"server", "--quiet", "--address", "127.0.0.1:" + strconv.Itoa(s.port),
+		"--console-address", "127.0.0.1:" + strconv.Itoa(console)}
+	if s.certs != "" {
+		args = append(args, "--certs-dir", s.certs)
+	}
+	s.cmd = exec.Command(s.bin, append(args, s.Dir)...)
 	s.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey, "MINIO_BROWSER=off")
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("start minio: %v", err)
@@ -65,7 +92,7 @@ func (s *MinIOServer) Start(tb testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		resp, err := http.Get(s.Endpoint + "/minio/health/ready")
+		resp, err := s.client.Get(s.Endpoint + "/minio/health/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -86,6 +113,16 @@ func (s *MinIOServer) Stop() {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 		s.cmd = nil
+	}
+}
+
+func copyFile(tb testing.TB, from, to string) {
+	b, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(to, b, 0o600)
+	}
+	if err != nil {
+		tb.Fatal(err)
 	}
 }
 

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,8 @@ type S3Server struct {
 	Endpoint  string // http://127.0.0.1:port
 	AccessKey string
 	SecretKey string
+	// HTTPClient, when set, is what CreateBucket uses (a TLS server's CA).
+	HTTPClient *http.Client
 }
 
 // S3 returns the server name ("minio" or "versitygw") from the SILT_<NAME>_*
@@ -38,6 +41,7 @@ func S3(tb testing.TB, name string) S3Server {
 	if s.Endpoint == "" || s.AccessKey == "" || s.SecretKey == "" {
 		Absent(tb, name+" ("+prefix+"_ENDPOINT and keys)", `eval "$(scripts/servers.sh start `+name+`)"`)
 	}
+	Canary(s.SecretKey)
 	return s
 }
 
@@ -53,10 +57,14 @@ func Unique() int64 {
 func (s S3Server) CreateBucket(tb testing.TB) string {
 	tb.Helper()
 	bucket := fmt.Sprintf("silt-%d", Unique())
-	client := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), UsePathStyle: true,
+	opts := s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), UsePathStyle: true,
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, nil
-		})})
+		})}
+	if s.HTTPClient != nil { // a nil *http.Client in the interface field would be used
+		opts.HTTPClient = s.HTTPClient
+	}
+	client := s3.New(opts)
 	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		tb.Fatalf("create bucket on %s: %v", s.Name, err)
 	}

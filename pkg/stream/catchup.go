@@ -120,7 +120,12 @@ func scriptMessages(res any) ([]redis.XMessage, error) {
 	if !ok || len(s) != 2 {
 		return nil, errors.New("unexpected XREADGROUP reply from script")
 	}
-	entries, _ := s[1].([]any)
+	return scriptEntries(s[1])
+}
+
+// scriptEntries converts a list of [id, [field, value, ...]] returned by a script.
+func scriptEntries(reply any) ([]redis.XMessage, error) {
+	entries, _ := reply.([]any)
 	out := make([]redis.XMessage, 0, len(entries))
 	for _, e := range entries {
 		pair, ok := e.([]any)
@@ -150,6 +155,7 @@ func (r *run) catchUp(ctx context.Context) error {
 	}
 	key, lease := r.c.log.ks.CatchUp(r.c.log.name, r.c.group), r.c.log.ks.Lease(r.c.log.name, r.c.group)
 	defer releaseScript.Run(context.WithoutCancel(ctx), r.c.log.rdb, []string{lease}, r.c.name)
+	r.leaseHeld = false
 	for !r.stopped(ctx) {
 		head, err := r.c.log.rdb.LIndex(ctx, key, 0).Result()
 		if isNil(err) {
@@ -162,8 +168,12 @@ func (r *run) catchUp(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("catch-up lease %s: %w", lease, err)
 		}
-		if got == 0 {
-			return nil // another consumer of the group is catching up
+		if got == 0 { // another consumer of the group is catching up, or died doing so
+			if !r.leaseHeld && !r.sum.LeaseWait {
+				r.c.Logger.Info("catch-up lease held by another consumer; waiting for it to finish or expire", "lease", lease)
+			}
+			r.leaseHeld, r.sum.LeaseWait = true, true
+			return nil
 		}
 		g, err := parseGap(head)
 		if err != nil {

@@ -92,6 +92,7 @@ type Summary struct {
 	PayloadLost       int64         `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
 	DuplicatesSkipped int64         `json:"duplicates_skipped"` // already handled by this group (dedupe), acked
 	StaleConsumers    int64         `json:"stale_consumers_removed"`
+	LeaseWait         bool          `json:"waited_for_catch_up_lease,omitempty"` // gaps were left and another consumer held the lease
 	ExitReason        string        `json:"exit_reason"`
 	Elapsed           time.Duration `json:"-"`
 	ElapsedSeconds    float64       `json:"elapsed_seconds"`

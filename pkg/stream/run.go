@@ -32,6 +32,10 @@ type run struct {
 	deadline time.Time // zero: no time budget
 	cursor   string    // XAUTOCLAIM cursor, carried across beats
 	lastBeat time.Time
+	// leaseHeld: gaps are left to catch up, but another consumer holds the
+	// lease. The run waits for it rather than exit idle with work left: a
+	// live holder finishes the gaps, a dead one's lease expires.
+	leaseHeld bool
 }
 
 func newRun(c *Consumer, h Handler) *run {
@@ -77,12 +81,32 @@ func (r *run) loop(ctx context.Context) error {
 		switch {
 		case got > 0 || claimed > 0:
 			quiet = time.Now()
+		case time.Since(quiet) >= r.c.Block && r.leaseHeld:
+			if err := r.waitLease(ctx); err != nil {
+				return err
+			}
 		case time.Since(quiet) >= r.c.Block:
 			r.sum.ExitReason = ExitIdle
 			return nil
 		}
 	}
 }
+
+// waitLease retries the catch-up after a short pause, while another
+// consumer holds the lease.
+func (r *run) waitLease(ctx context.Context) error {
+	t := time.NewTimer(leasePoll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-t.C:
+	}
+	return r.catchUp(ctx)
+}
+
+// leasePoll is how often a waiting run asks for the catch-up lease.
+const leasePoll = 100 * time.Millisecond
 
 // stopped reports whether the run must stop taking entries, and records why.
 func (r *run) stopped(ctx context.Context) bool {
@@ -144,14 +168,28 @@ func (r *run) beatIfDue(ctx context.Context) (int, error) {
 
 // beat moves entries idle longer than MinIdle (by the server's clock) to this
 // consumer and handles them, sweeping the group's PEL once with the cursor.
-// Entries the server reports deleted are recovered like trimmed ones.
+// Entries the server reports deleted (trimmed while pending) are, with a
+// History, recorded as gaps in the claim's own atomic step and caught up
+// from the archive; without one they are dead-lettered as trimmed.
 func (r *run) beat(ctx context.Context) (int, error) {
-	total := 0
+	_, history := r.c.Payloads.(History)
+	total, recorded := 0, 0
 	for !r.stopped(ctx) {
-		msgs, next, deleted, err := r.c.log.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-			Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
-			MinIdle: r.c.MinIdle, Start: r.cursor, Count: r.count(),
-		}).Result()
+		var msgs []redis.XMessage
+		var next string
+		var deleted []string
+		var err error
+		if history {
+			var n int
+			msgs, next, n, err = r.claimRecorded(ctx)
+			recorded += n
+			total += n
+		} else {
+			msgs, next, deleted, err = r.c.log.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+				Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
+				MinIdle: r.c.MinIdle, Start: r.cursor, Count: r.count(),
+			}).Result()
+		}
 		if err != nil {
 			return total, fmt.Errorf("xautoclaim %s %s: %w", r.c.log.key, r.c.group, err)
 		}
@@ -163,6 +201,9 @@ func (r *run) beat(ctx context.Context) (int, error) {
 		if next == "0-0" {
 			break
 		}
+	}
+	if recorded > 0 {
+		return total, r.catchUp(ctx)
 	}
 	return total, nil
 }
