@@ -369,3 +369,64 @@ func TestFaults_StoppedWorkerWakesLate(t *testing.T) {
 		t.Fatal("no duplicate: the stopped worker's batch was not reclaimed and finished late")
 	}
 }
+
+// TestFaults_EveryRequestBounded: Redis, then the object store, take every
+// request and never answer (replies dropped, connections kept open). Each
+// program must give up on its own, with a message naming the server, in
+// bounded time: every request has a timeout.
+func TestFaults_EveryRequestBounded(t *testing.T) {
+	srv := testserver.Redis(t)
+	rp, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Close()
+	dir := t.TempDir()
+	env := append(faultEnv(proxied{srv, rp.Addr}, dir), "EMQ_REDIS_WAIT=1s")
+	feed(t, faultEnv(srv, dir), 50)
+	rp.DropReplies(true)
+	const bound = 45 * time.Second
+	runs := 0
+	for _, args := range [][]string{
+		{"worker", "append", "a=1"},
+		{"worker", "run", "--block", "200ms", "--", "true"},
+		{"archiver", "run", "--stream", "events", "--keep-last", "1"},
+		{"archiver", "read"},
+	} {
+		start := time.Now()
+		code, _, errOut := exitCode(t, env, "", args[0], args[1:]...)
+		took := time.Since(start)
+		runs++
+		t.Logf("%v against a silent Redis: exit %d after %v: %s", args, code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
+		if code != 1 || took > bound || !strings.Contains(errOut, rp.Addr) {
+			t.Fatalf("%v: exit %d after %v, want 1 within %v naming %s", args, code, took, bound, rp.Addr)
+		}
+	}
+	rp.DropReplies(false)
+
+	minio := testserver.S3(t, "minio")
+	bucket := minio.CreateBucket(t)
+	u, _ := url.Parse(minio.Endpoint)
+	sp, err := faultproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	s3env := append(archiverEnv(srv, filepath.Join(dir, "s3data"),
+		fmt.Sprintf("s3://%s/silt?endpoint=http://%s&region=us-east-1&path-style=true&timeout=1s", bucket, sp.Addr)), minio.Env()...)
+	sp.DropReplies(true)
+	for _, args := range [][]string{{"run", "--stream", "events", "--keep-last", "1"}, {"read"}, {"status"}} {
+		start := time.Now()
+		code, _, errOut := exitCode(t, s3env, "", "archiver", args...)
+		took := time.Since(start)
+		runs++
+		t.Logf("archiver %v against a silent store: exit %d after %v: %s", args, code, took.Round(time.Millisecond), strings.TrimSpace(errOut))
+		if code != 1 || took > bound || !strings.Contains(errOut, sp.Addr) {
+			t.Fatalf("archiver %v: exit %d after %v, want 1 within %v naming %s", args, code, took, bound, sp.Addr)
+		}
+	}
+	if n := srv.Client(t).XLen(context.Background(), streamKey).Val(); n != 50 {
+		t.Fatalf("%d entries live after runs against a silent store, want 50 (no trim without a commit)", n)
+	}
+	report(t, scenario{Name: "silent Redis and silent store: every request bounded", Runs: runs, Faults: runs, Detected: runs})
+}

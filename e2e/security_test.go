@@ -130,3 +130,22 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 	report(t, scenario{Name: "canary secrets through failure paths", Runs: runs, Faults: runs})
 
 }
+
+// TestWorker_RandomKillsOverTLS is the worker kill scenario against a
+// redis-server that speaks only TLS (rediss://, the test CA).
+func TestWorker_RandomKillsOverTLS(t *testing.T) {
+	f := testserver.NewTLS(t, "127.0.0.1")
+	t.Setenv("EMQ_REDIS_CA", f.CA)
+	entries, kills := 5000, 10
+	if testing.Short() {
+		entries, kills = 1000, 4
+	}
+	randomKills(t, testserver.RedisTLS(t, f), entries, kills)
+}
+
+// TestArchiver_KillAtEachStepOverTLS is the archiver kill scenario over TLS.
+func TestArchiver_KillAtEachStepOverTLS(t *testing.T) {
+	f := testserver.NewTLS(t, "127.0.0.1")
+	t.Setenv("EMQ_REDIS_CA", f.CA)
+	killAtEachStep(t, testserver.RedisTLS(t, f))
+}
