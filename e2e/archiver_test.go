@@ -162,7 +162,7 @@ func TestArchiver_NegativeControlTrimAboveW(t *testing.T) {
 		t.Fatalf("broken archiver: %v\n%s", err, out)
 	}
 	c, _ := archiveHistory(t, broken, env, newHistory(ids))
-	report(t, scenario{Runs: 2, Faults: 1, Detected: b2i(c.broken(true)), counts: c})
+	report(t, scenario{Name: "negative control silt_negative_trim", Runs: 2, Faults: 1, Detected: b2i(c.broken(true)), counts: c})
 	if !c.broken(true) || c.Lost == 0 {
 		t.Fatal("the checker did not catch an archiver that trims above the watermark")
 	}
@@ -195,12 +195,12 @@ func killAtEachStep(t *testing.T, srv redisUnderTest) {
 	if killed < 20 {
 		t.Fatalf("only %d runs reached their failpoint", killed)
 	}
-	report(t, scenario{Runs: 31, Faults: killed, counts: checkHistory(t, env, ids)})
+	report(t, scenario{Name: "archiver kill at each step", Runs: 31, Faults: killed, counts: checkHistory(t, env, ids)})
 }
 
 // TestArchiver_RandomKills kills archiver runs at random moments.
 func TestArchiver_RandomKills(t *testing.T) {
-	kills := 50
+	kills := tier(50, 300)
 	if testing.Short() {
 		kills = 10
 	}
@@ -222,7 +222,7 @@ func TestArchiver_RandomKills(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 	}
-	report(t, scenario{Runs: kills + 1, Faults: kills, counts: checkHistory(t, env, p.finish())})
+	report(t, scenario{Name: "archiver random kills", Runs: kills + 1, Faults: kills, counts: checkHistory(t, env, p.finish())})
 }
 
 // TestArchiver_FourAtOnce starts four archivers on one stream and remote,
@@ -267,7 +267,7 @@ func TestArchiver_FourAtOnce(t *testing.T) {
 		t.Fatal("no lost race: the archivers did not really race")
 	}
 	c := checkHistory(t, archiverEnv(srv, filepath.Join(dir, "data0"), remote), p.finish())
-	report(t, scenario{Runs: 13, Faults: lost, Detected: lost, counts: c})
+	report(t, scenario{Name: "four archivers at once (faults: lost races)", Runs: 13, Faults: lost, Detected: lost, counts: c})
 }
 
 // TestArchiver_MinIORestart stops MinIO mid-run: runs fail cleanly or go
@@ -300,7 +300,7 @@ func TestArchiver_MinIORestart(t *testing.T) {
 	if failures == 0 {
 		t.Fatal("no run failed while MinIO was down")
 	}
-	report(t, scenario{Runs: 13, Faults: 1, Detected: failures, counts: checkHistory(t, env, p.finish())})
+	report(t, scenario{Name: "MinIO stopped and restarted", Runs: 13, Faults: 1, Detected: failures, counts: checkHistory(t, env, p.finish())})
 }
 
 // TestArchiver_CorruptionIsNamedAndPullRepairs corrupts a remote segment and

@@ -31,16 +31,17 @@ func killsAcrossArchive(t *testing.T, cl redisUnderTest) {
 	env := []string{"EMQ_REDIS_URL=" + cl.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g",
 		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
 		"EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache"), "EMQ_LEASE_TTL=1s"}
-	ids := feed(t, env, 2000)
+	ids := feed(t, env, tier(2000, 20000))
 	rec := filepath.Join(dir, "handled")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
-	for i := range 6 {
+	rounds := tier(6, 30)
+	for i := range rounds {
 		cmd, _, _ := startWorker(t, env, append([]string{"--consumer", fmt.Sprint("w", i%2), "--count", "50",
 			"--concurrency", "4", "--min-idle", "300ms", "--block", "200ms"}, recordingHandler(rec)...)...)
 		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		if i == 2 { // archive half-way: the rest of the group's reading crosses the archive
+		if i%3 == 2 { // archive every third round: the rest of the group's reading crosses the archive
 			silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "500", "--slice-entries", "200")
 		}
 	}
@@ -50,7 +51,7 @@ func killsAcrossArchive(t *testing.T, cl redisUnderTest) {
 		t.Logf("dead letter %s: %s", d.Values["entry_id"], d.Values["reason"])
 	}
 	c := atLeastOnce(t, cl, newHistory(ids), rec)
-	report(t, scenario{Name: "cluster: worker kills across an archive run", Runs: 8, Faults: 6, counts: c})
+	report(t, scenario{Name: "worker kills across archive runs", Runs: rounds + rounds/3 + 1, Faults: rounds, counts: c})
 	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "100")
 	out := silt(t, "", env, "archiver", "read")
 	if n := strings.Count(out, "\n"); n != len(ids) {

@@ -119,7 +119,7 @@ func TestFaults_RedisRestart(t *testing.T) {
 			w1 := loop(t, env, "worker", workerArgs("w1", rec)...)
 			w2 := loop(t, env, "worker", workerArgs("w2", rec)...)
 			ar := loop(t, env, "archiver", archiverArgs...)
-			const restarts = 3
+			restarts := tier(3, 15)
 			for range restarts {
 				time.Sleep(800 * time.Millisecond)
 				srv.Restart(t)
@@ -221,7 +221,7 @@ func TestFaults_ProxyRedis(t *testing.T) {
 	w1 := loop(t, env, "worker", workerArgs("w1", rec)...)
 	w2 := loop(t, env, "worker", workerArgs("w2", rec)...)
 	ar := loop(t, env, "archiver", archiverArgs...)
-	time.Sleep(6 * time.Second)
+	time.Sleep(tier(6*time.Second, 60*time.Second))
 	close(stop)
 	nFaults := <-faults
 	h := p.history()
@@ -265,7 +265,7 @@ func TestFaults_ProxyS3(t *testing.T) {
 	t.Logf("seed %d", seed)
 	faults := chaos(px, seed, 400*time.Millisecond, stop)
 	ar := loop(t, env, "archiver", "run", "--stream", "events", "--keep-last", "100", "--slice-entries", "50")
-	time.Sleep(8 * time.Second)
+	time.Sleep(tier(8*time.Second, 60*time.Second))
 	close(stop)
 	nFaults := <-faults
 	ar.finish()

@@ -204,6 +204,7 @@ func (c counts) broken(read bool) bool {
 // checker found.
 type scenario struct {
 	Name     string `json:"name"`
+	Test     string `json:"test"`     // the test that runs it (set by report)
 	Runs     int    `json:"runs"`     // program runs in the scenario
 	Faults   int    `json:"faults"`   // faults injected (kills, cuts, error answers, ...)
 	Detected int    `json:"detected"` // faults the system or the checker noticed (corruption, negative controls)
@@ -217,6 +218,7 @@ func report(t *testing.T, s scenario) {
 	if s.Name == "" {
 		s.Name = t.Name()
 	}
+	s.Test = t.Name()
 	t.Logf("history %s: runs %d, faults %d, detected %d; %s", s.Name, s.Runs, s.Faults, s.Detected, s.counts)
 	path := os.Getenv("SILT_RELIABILITY_REPORT")
 	if path == "" {
@@ -236,4 +238,16 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// long reports whether the long tier runs (SILT_RELIABILITY_TIER=long):
+// more kills, bigger streams, longer fault windows.
+func long() bool { return os.Getenv("SILT_RELIABILITY_TIER") == "long" }
+
+// tier returns fast, or long in the long tier.
+func tier[T any](fast, long_ T) T {
+	if long() {
+		return long_
+	}
+	return fast
 }

@@ -136,7 +136,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 func TestWorker_RandomKillsOverTLS(t *testing.T) {
 	f := testserver.NewTLS(t, "127.0.0.1")
 	t.Setenv("EMQ_REDIS_CA", f.CA)
-	entries, kills := 5000, 10
+	entries, kills := tier(5000, 50000), tier(10, 50)
 	if testing.Short() {
 		entries, kills = 1000, 4
 	}

@@ -116,7 +116,7 @@ func TestWorker_CrashAtEachPoint(t *testing.T) {
 				t.Fatalf("worker was not killed at %s: %v\n%s", point, err, errOut)
 			}
 			c := checkAtLeastOnce(t, srv, env, ids, rec)
-			report(t, scenario{Runs: 2, Faults: 1, counts: c})
+			report(t, scenario{Name: "worker crash " + point, Runs: 2, Faults: 1, counts: c})
 			if point == "after-handle" && c.Duplicates == 0 {
 				t.Fatal("a kill between handle and ack must redeliver what was handled")
 			}
@@ -127,7 +127,7 @@ func TestWorker_CrashAtEachPoint(t *testing.T) {
 // TestWorker_RandomKills kills workers at random moments while they work
 // through a large feed with two consumer names, then runs one clean worker.
 func TestWorker_RandomKills(t *testing.T) {
-	entries, kills := 20000, 20
+	entries, kills := tier(20000, 100000), tier(20, 100)
 	if testing.Short() {
 		entries, kills = 2000, 5
 	}
@@ -156,7 +156,7 @@ func randomKills(t *testing.T, srv redisUnderTest, entries, kills int) {
 	}
 	t.Logf("%d of %d workers killed mid-run", killed, kills)
 	c := checkAtLeastOnce(t, srv, env, ids, rec)
-	report(t, scenario{Runs: kills + 1, Faults: killed, counts: c})
+	report(t, scenario{Name: "worker random kills", Runs: kills + 1, Faults: killed, counts: c})
 }
 
 // TestWorker_SIGTERMMidBatch: in-flight handlers finish within the grace

@@ -41,5 +41,9 @@ for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg
 	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5s}" "./$pkg"
 done
 
-step "end-to-end tests (-race)"
-go test -race -count=1 ./e2e/...
+step "end-to-end tests (-race): the fast reliability tier"
+SILT_RELIABILITY_REPORT=$(mktemp)
+export SILT_RELIABILITY_REPORT
+go test -race -count=1 -timeout 30m ./e2e/...
+step "reliability figures (RELIABILITY.md explains them)"
+go run ./internal/reltable "$SILT_RELIABILITY_REPORT" fast
