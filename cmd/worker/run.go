@@ -199,7 +199,7 @@ func configure(c *cli.Context, k *stream.Consumer) error {
 		return clix.Usagef("--max-entry-bytes", "must be 0 (no limit) or more, got %d", c.Int("max-entry-bytes"))
 	}
 	k.Count, k.Block, k.MinIdle = c.Int64("count"), c.Duration("block"), c.Duration("min-idle")
-	k.ClaimEvery = k.MinIdle
+	k.ClaimEvery = 0 // the default: MinIdle/10
 	k.MaxAttempts, k.MaxEntries, k.MaxDuration = c.Int64("max-attempts"), c.Int64("max-entries"), c.Duration("max-duration")
 	k.MaxEntryBytes, k.LeaseTTL = c.Int("max-entry-bytes"), c.Duration("lease-ttl")
 	k.Concurrency, k.DedupeTTL = c.Int("concurrency"), c.Duration("dedupe-ttl")
