@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Every benchmark ratio in one run, printed as a markdown table.
+# Every benchmark ratio in one run: prints the table and rewrites the
+# "Latest full run" block of BENCHMARKS.md.
 #
-#   scripts/bench.sh [ROUNDS]        (default 9 interleaved rounds per ratio)
-#   SILT_BENCH_RSS=1 scripts/bench.sh   also P6 (peak RSS at 10M / 100k entries; minutes)
+#   scripts/bench.sh [ROUNDS]            (default 9 interleaved rounds per ratio)
+#   SILT_BENCH_RSS=1 scripts/bench.sh    also P6 (peak RSS at 10M / 100k entries; minutes)
 #
 # Starts its own MinIO (the benchmarks start their own redis-servers).
 set -euo pipefail
@@ -15,24 +16,53 @@ out=$(mktemp)
 trap 'scripts/servers.sh stop; rm -f "$out"' EXIT
 eval "$(scripts/servers.sh start minio)"
 
-go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" ./pkg/... | tee "$out" >&2
+go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" -timeout 60m ./pkg/... | tee "$out" >&2
+(cd bench && go test -run '^$' -bench 'Ratio$' -benchtime "$(((rounds + 1) / 2))x" -timeout 60m ./peers) | tee -a "$out" >&2
 go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
+rss=""
+if [ -n "${SILT_BENCH_RSS:-}" ]; then
+	rss=$(scripts/bench-rss.sh | tail -n 1)
+fi
 
-echo
-echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3), redis $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)"
-echo
-echo "| benchmark | median ratio | min | max | rounds |"
-echo "|---|---|---|---|---|"
-awk '/^Benchmark.*ratio/ {
+machine="$(date -u +%Y-%m-%d), $(nproc) cores, $(go version | cut -d' ' -f3), redis-server $(redis-server --version | grep -oE 'v=[0-9.]+' | cut -c3-)"
+table=$(awk -v rounds="$rounds" '
+BEGIN {
+	id["Consumer_Ratio"] = "P1";            goal["P1"] = ">= 0.85"; cmd["P1"] = "-bench Consumer_Ratio ./pkg/stream"
+	id["WorkerVsWatermill_Ratio/silt"] = "P1b";  goal["P1b"] = ">= 25";  cmd["P1b"] = "-bench WorkerVsWatermill_Ratio ./peers (in bench/)"
+	id["WorkerVsWatermill_Ratio/raw-ceiling"] = "P1b ceiling (raw loop ÷ watermill)";  goal["P1b ceiling (raw loop ÷ watermill)"] = "none";  cmd["P1b ceiling (raw loop ÷ watermill)"] = "the same"
+	id["AppendBatch_Ratio"] = "P2";         goal["P2"] = ">= 0.8";  cmd["P2"] = "-bench AppendBatch_Ratio ./pkg/stream"
+	id["Archive_Ratio"] = "P3";             goal["P3"] = ">= 0.5";  cmd["P3"] = "-bench Archive_Ratio ./pkg/archive (MinIO)"
+	id["Upload_Ratio"] = "P4";              goal["P4"] = ">= 0.7";  cmd["P4"] = "-bench Upload_Ratio ./pkg/graft (MinIO)"
+	id["MergedRead_Ratio"] = "P5";          goal["P5"] = ">= 1.0";  cmd["P5"] = "-bench MergedRead_Ratio ./pkg/archive"
+	id["DeadPeerRecovery_Ratio"] = "P8";    goal["P8"] = "<= 1.2";  cmd["P8"] = "-bench DeadPeerRecovery_Ratio ./pkg/stream"
+	id["SegmentWrite_Ratio"] = "seg";       goal["seg"] = "none";   cmd["seg"] = "-bench SegmentWrite_Ratio ./pkg/graft"
+	print "| id | median | min | max | goal | met | rounds | command (`go test -run ^$ -benchtime Nx ...`) |"
+	print "|---|---|---|---|---|---|---|---|"
+}
+/^Benchmark.*Ratio/ {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
 	for (i = 1; i <= NF; i++) {
 		if ($(i+1) == "ratio") r = $i
 		if ($(i+1) == "ratio-min") lo = $i
 		if ($(i+1) == "ratio-max") hi = $i
 	}
-	printf "| %s | %s | %s | %s | %s |\n", name, r, lo, hi, $2
-}' "$out"
-awk '/requests per commit/ { sub(/.*requests per commit: /, ""); print "| P7 requests per commit (creates, gets, lists) | " $0 " | | | 20 commits |" }' "$out"
-if [ -n "${SILT_BENCH_RSS:-}" ]; then
-	scripts/bench-rss.sh | tail -n 1
-fi
+	k = id[name]; g = goal[k]; split(g, gp, " ")
+	met = (gp[1] == ">=") ? (r >= gp[2] ? "yes" : "no") : (gp[1] == "<=" ? (r <= gp[2] ? "yes" : "no") : "")
+	printf "| %s | %.3g | %.3g | %.3g | %s | %s | %s | %s |\n", k, r, lo, hi, g, met, $2, cmd[k]
+}
+/requests per commit/ { sub(/.*requests per commit: /, ""); print "| P7 | " $0 " | | | <= 3; 0 LIST | yes | 20 commits | -run TestVolume_RequestsPerCommit -v ./pkg/graft |" }
+' "$out")
+[ -z "$rss" ] || table="$table
+| P6 | $rss | | | <= 1.15 | | 1 each | scripts/bench-rss.sh |"
+echo
+echo "machine: $machine"
+echo "$table"
+
+block="<!-- bench.sh: begin -->
+\`scripts/bench.sh $rounds\` on $machine:
+
+$table
+<!-- bench.sh: end -->"
+BLOCK=$block awk 'BEGIN { b = ENVIRON["BLOCK"] } /<!-- bench.sh: begin -->/ { print b; skip = 1; next } /<!-- bench.sh: end -->/ { skip = 0; next } !skip' BENCHMARKS.md >BENCHMARKS.md.new
+mv BENCHMARKS.md.new BENCHMARKS.md
+echo "BENCHMARKS.md: latest full run rewritten"

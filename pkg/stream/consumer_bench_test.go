@@ -3,7 +3,9 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -76,4 +78,48 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 		return n
 	}
 	benchratio.Compare(b, silt, raw)
+}
+
+// BenchmarkConsumer_Concurrency is the worker's scaling curve: 2,000 entries
+// through Consumer.Run with a handler that takes 1ms, at concurrency 1, 4
+// and 16. It reports entries/s and the ratio to the ideal (concurrency ×
+// 1,000 entries/s, the handler's own bound).
+//
+//	go test -run '^$' -bench Consumer_Concurrency -benchtime 3x ./pkg/stream
+func BenchmarkConsumer_Concurrency(b *testing.B) {
+	const entries = 2000
+	rdb := testserver.Redis(b).Client(b)
+	ctx := context.Background()
+	ks, _ := stream.NewKeyspace("", "bench")
+	l, _ := stream.NewLog(rdb, ks, "conc", brand.EVT)
+	batch := make([]stream.Fields, entries)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+	round := 0
+	for _, conc := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("c%d", conc), func(b *testing.B) {
+			var rates []float64
+			for range b.N {
+				round++
+				g := fmt.Sprintf("c%d", round)
+				rdb.XGroupCreate(ctx, l.Key(), g, "0")
+				c, _ := stream.NewConsumer(l, g, "w1")
+				c.Block, c.Concurrency = time.Millisecond, conc
+				start := time.Now()
+				sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { time.Sleep(time.Millisecond); return nil })
+				if err != nil || sum.Acked != entries {
+					b.Fatalf("run: %+v %v", sum, err)
+				}
+				rates = append(rates, entries/time.Since(start).Seconds())
+			}
+			slices.Sort(rates)
+			med := rates[len(rates)/2]
+			b.ReportMetric(med, "entries/s")
+			b.ReportMetric(med/(float64(conc)*1000), "ratio-to-ideal")
+		})
+	}
 }

@@ -1,0 +1,106 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// BenchmarkWorkerVsWatermill_Ratio (P1b) compares silt's Consumer.Run with a
+// no-op handler against watermill-redisstream's subscriber with its default
+// configuration (each message acked as it is handled), over the same 5,000
+// entries (each holds both silt's id and watermill's uuid and payload
+// fields), each side in a fresh consumer group. Goal: ratio >= 25.
+//
+//	cd bench && go test -run '^$' -bench WorkerVsWatermill -benchtime 5x ./peers
+func BenchmarkWorkerVsWatermill_Ratio(b *testing.B) {
+	const entries = 5000
+	srv := testserver.Redis(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	ks, _ := stream.NewKeyspace("", "bench")
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	batch := make([]stream.Fields, entries)
+	for i := range batch {
+		batch[i] = stream.Fields{"_watermill_message_uuid": watermill.NewUUID(), "payload": fmt.Sprintf(`{"user":"u%06d","n":%d}`, i, i)}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+	round := 0
+	group := func() string { round++; return fmt.Sprint("g", round) }
+	silt := func(tb testing.TB) int {
+		g := group()
+		rdb.XGroupCreate(ctx, l.Key(), g, "0")
+		c, _ := stream.NewConsumer(l, g, "w1")
+		c.Block = time.Millisecond
+		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
+		if err != nil || sum.Acked != entries {
+			tb.Fatalf("silt: %+v %v", sum, err)
+		}
+		return entries
+	}
+	peer := func(tb testing.TB) int {
+		g := group()
+		rdb.XGroupCreate(ctx, l.Key(), g, "0")
+		// The subscriber closes its client on Close: it gets one of its own.
+		own := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: own, ConsumerGroup: g, Consumer: "w1"},
+			watermill.NopLogger{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer sub.Close()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		msgs, err := sub.Subscribe(sctx, l.Key())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for n := 0; n < entries; n++ {
+			select {
+			case m := <-msgs:
+				m.Ack()
+			case <-time.After(30 * time.Second):
+				tb.Fatalf("watermill: %d of %d after 30s", n, entries)
+			}
+		}
+		return entries
+	}
+	// The ceiling: a raw go-redis loop of XREADGROUP COUNT 100 and one XACK
+	// per batch (P1's baseline) against the same peer. No client that reads
+	// and acks through Redis beats it by much.
+	raw := func(tb testing.TB) int {
+		g := group()
+		rdb.XGroupCreate(ctx, l.Key(), g, "0")
+		n := 0
+		for {
+			res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g, Consumer: "w1", Streams: []string{l.Key(), ">"}, Count: 100, Block: -1}).Result()
+			if err == redis.Nil || len(res) == 0 || len(res[0].Messages) == 0 {
+				break
+			}
+			ids := make([]string, len(res[0].Messages))
+			for i, m := range res[0].Messages {
+				ids[i] = m.ID
+			}
+			rdb.XAck(ctx, l.Key(), g, ids...)
+			n += len(ids)
+		}
+		if n != entries {
+			tb.Fatalf("raw read %d", n)
+		}
+		return n
+	}
+	b.Run("silt", func(b *testing.B) { benchratio.Compare(b, silt, peer) })
+	b.Run("raw-ceiling", func(b *testing.B) { benchratio.Compare(b, raw, peer) })
+}
