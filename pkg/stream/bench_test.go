@@ -56,5 +56,28 @@ func BenchmarkAppendBatch_Ratio(b *testing.B) {
 		}
 		return entries
 	}
-	benchratio.Compare(b, silt, raw)
+	// The ceiling of any atomic chunk: the same raw pipeline inside
+	// MULTI/EXEC. Redis queues every command of a transaction before it runs
+	// them, and that server time is what an all-or-nothing chunk costs.
+	multi := func(tb testing.TB) int {
+		round++
+		key := ks.Stream(fmt.Sprintf("multi%d", round))
+		id := brand.MustParse("EVT_01M8R1E8M50000000000000").String()
+		for start := 0; start < entries; start += batch {
+			pipe := rdb.TxPipeline()
+			for _, p := range payloads[start : start+batch] {
+				vals := []string{"id", id}
+				for k, v := range p {
+					vals = append(vals, k, v)
+				}
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: vals})
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		return entries
+	}
+	b.Run("silt", func(b *testing.B) { benchratio.Compare(b, silt, raw) })
+	b.Run("multi-ceiling", func(b *testing.B) { benchratio.Compare(b, multi, raw) })
 }
