@@ -116,7 +116,7 @@ func draw(c Chart) *image.RGBA {
 	}
 	line(img, left, top, left, height-bott, black)
 	line(img, left, height-bott, width-right, height-bott, black)
-	text(img, left, 20, c.Title, black)
+	text(img, left+140, 16, c.Title, black)
 	text(img, width/2-len(c.XLabel)*3, height-15, c.XLabel, black)
 	text(img, 5, top-10, c.YLabel, black)
 	for i, s := range c.Series {
@@ -153,10 +153,11 @@ func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
 		if x0 == x1 && y0 == y1 {
 			return
 		}
-		if 2*e >= dy {
+		e2 := 2 * e
+		if e2 >= dy {
 			e, x0 = e+dy, x0+sx
 		}
-		if 2*e <= dx {
+		if e2 <= dx {
 			e, y0 = e+dx, y0+sy
 		}
 	}

@@ -115,6 +115,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
 	c.defaults()
 	r := newRun(c, h)
 	err := r.loop(ctx)
+	if ferr := r.flushAcks(ctx); err == nil {
+		err = ferr
+	}
 	r.finish()
 	if err != nil {
 		r.sum.ExitReason = ExitError

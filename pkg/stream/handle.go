@@ -304,7 +304,10 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 			r.sum.Abandoned++
 		}
 	}
-	if len(acks) > 0 {
+	if len(acks) > 0 && r.carry { // counted now; a failed send fails the run
+		r.acks = append(r.acks, acks...)
+		r.sum.Acked += int64(len(acks))
+	} else if len(acks) > 0 {
 		var err error
 		if r.c.DedupeTTL > 0 { // markers first, then the ack, in one round trip
 			pipe.XAck(ctx, r.c.log.key, r.c.group, acks...)
@@ -352,6 +355,26 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	}
 	r.c.Logger.Info("dead-lettered", "entry", j.rawID, "stream_id", j.d.StreamID.String(), "reason", j.reason)
 	return nil
+}
+
+// acked records that the carried acks were sent (err nil) or failed.
+func (r *run) acked(err error) error {
+	if err != nil {
+		return fmt.Errorf("ack %d entries in %s %s: %w", len(r.acks), r.c.log.key, r.c.group, err)
+	}
+	r.acks = r.acks[:0]
+	return nil
+}
+
+// flushAcks sends carried acks that no read took along (at the end of a
+// run, also after cancellation, bounded by WriteTimeout).
+func (r *run) flushAcks(ctx context.Context) error {
+	if len(r.acks) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+	defer cancel()
+	return r.acked(r.c.log.rdb.XAck(wctx, r.c.log.key, r.c.group, r.acks...).Err())
 }
 
 // ackEarly acks every job before it runs: the negative control's broken

@@ -36,6 +36,12 @@ type run struct {
 	// lease. The run waits for it rather than exit idle with work left: a
 	// live holder finishes the gaps, a dead one's lease expires.
 	leaseHeld bool
+	// carry, while set, holds back the acks of a batch of new entries so
+	// that they travel with the next XREADGROUP (one round trip per batch
+	// instead of two); acks holds them until then. Redis applies an XACK as
+	// it arrives, even in a pipeline whose read then blocks.
+	carry bool
+	acks  []string
 }
 
 func newRun(c *Consumer, h Handler) *run {
@@ -163,6 +169,9 @@ func (r *run) beatIfDue(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	r.lastBeat = time.Now()
+	if err := r.flushAcks(ctx); err != nil { // our own handled entries are not for reclaiming
+		return 0, err
+	}
 	return r.beat(ctx)
 }
 
@@ -228,7 +237,11 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
 		}
 		if len(msgs) > 0 {
-			if err := r.handle(ctx, msgs, nil, fromNew); err != nil {
+			_, history := r.c.Payloads.(History) // its reads go through a script
+			r.carry = r.c.DedupeTTL == 0 && !history
+			err := r.handle(ctx, msgs, nil, fromNew)
+			r.carry = false
+			if err != nil {
 				return len(msgs), err
 			}
 			return len(msgs), r.catchUp(ctx)
@@ -249,9 +262,21 @@ func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMess
 			return msgs, err
 		}
 	}
-	res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block,
-	}).Result()
+	args := &redis.XReadGroupArgs{Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block}
+	var read *redis.XStreamSliceCmd
+	if len(r.acks) > 0 { // the previous batch's acks go first, in the same round trip
+		var ack *redis.IntCmd
+		r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			ack, read = p.XAck(ctx, r.c.log.key, r.c.group, r.acks...), p.XReadGroup(ctx, args)
+			return nil
+		})
+		if err := r.acked(ack.Err()); err != nil {
+			return nil, err
+		}
+	} else {
+		read = r.c.log.rdb.XReadGroup(ctx, args)
+	}
+	res, err := read.Result()
 	if err != nil && !isNil(err) {
 		return nil, err
 	}
