@@ -45,6 +45,13 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// HashedCreator is a Store that can take the body's SHA-256 (hex) from a
+// caller who computed it anyway, instead of hashing the body again. The
+// contract is Create's; a wrong hash is the caller's bug and may be stored.
+type HashedCreator interface {
+	CreateHashed(ctx context.Context, key string, body []byte, sha256hex string) error
+}
+
 // Range selects bytes [Off, Off+Len) of an object; Len 0 means to the end.
 type Range struct {
 	Off, Len int64

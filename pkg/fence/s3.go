@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
@@ -149,11 +151,19 @@ func sum256(b []byte) string {
 // is resolved by reading the object's hash back, because an earlier attempt
 // of this very call may have landed before its reply was lost.
 func (s *S3) Create(ctx context.Context, key string, body []byte) error {
+	return s.CreateHashed(ctx, key, body, sum256(body))
+}
+
+var _ HashedCreator = (*S3)(nil)
+
+// CreateHashed implements HashedCreator: hash goes in the object's metadata
+// (for resolving a 412) and to the request signer, which then need not
+// hash the body itself.
+func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash string) error {
 	ok, err := s.objectKey(key)
 	if err != nil {
 		return err
 	}
-	hash := sum256(body)
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err := s.put(ctx, ok, body, hash)
@@ -186,8 +196,21 @@ func (s *S3) put(ctx context.Context, objectKey string, body []byte, hash string
 		ContentLength: aws.Int64(int64(len(body))),
 		IfNoneMatch:   aws.String("*"),
 		Metadata:      map[string]string{hashMeta: hash},
-	})
+	}, withPayloadHash(hash))
 	return err
+}
+
+// withPayloadHash hands the body's SHA-256 to the SigV4 signer, which would
+// otherwise read and hash the whole body once more per attempt.
+func withPayloadHash(hash string) func(*s3.Options) {
+	return func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Insert(middleware.FinalizeMiddlewareFunc("SiltPayloadHash",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, hash), in)
+				}), "ComputePayloadHash", middleware.Before)
+		})
+	}
 }
 
 // resolve decides a 412: the object holds our bytes (an earlier attempt

@@ -306,7 +306,7 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 		return nil, err
 	}
 	c := v.newCommit(lsn, seg, pages, meta)
-	if err := v.writeSegment(ctx, c.Segment.Key, seg); err != nil {
+	if err := v.writeSegment(ctx, c.Segment.Key, seg, c.Segment.SHA256); err != nil {
 		return nil, err
 	}
 	obj, err := c.Encode()
@@ -347,7 +347,7 @@ func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string
 
 // writeSegment stores the segment locally and uploads it, both at once:
 // neither is visible to readers until the commit object exists.
-func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte) error {
+func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte, sha256hex string) error {
 	local := make(chan error, 1)
 	go func() {
 		err := v.writeFile(v.localSegment(key), seg)
@@ -356,7 +356,12 @@ func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte) error
 		}
 		local <- err
 	}()
-	upErr := v.store.Create(ctx, key, seg)
+	var upErr error
+	if hc, ok := v.store.(fence.HashedCreator); ok { // the commit already hashed the segment
+		upErr = hc.CreateHashed(ctx, key, seg, sha256hex)
+	} else {
+		upErr = v.store.Create(ctx, key, seg)
+	}
 	if err := <-local; err != nil {
 		return fmt.Errorf("volume %s: %w", v.name, err)
 	}
