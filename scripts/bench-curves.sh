@@ -2,7 +2,8 @@
 # Scaling curves (BENCHMARKS.md): archive throughput and peak RSS at each
 # stream size, merged-read latency of a 1,000-entry window at each archive
 # size, and worker throughput at concurrency 1, 4 and 16 with a 1 ms
-# handler. Prints the tables and draws docs/bench-*.png.
+# handler. Prints the tables, rewrites the curves block of BENCHMARKS.md and
+# draws docs/bench-*.png.
 #
 #   scripts/bench-curves.sh [SIZES...]      (default 100000 1000000 10000000)
 #
@@ -61,6 +62,7 @@ conc=$(go test -run '^$' -bench 'Consumer_Concurrency' -benchtime 3x ./pkg/strea
 	for (i = 1; i <= NF; i++) { if ($(i+1) == "entries/s") r = $i; if ($(i+1) == "ratio-to-ideal") q = $i }
 	print name, r, q }')
 
+{
 echo "| entries | archive entries/s | peak RSS (kB) |"
 echo "|---|---|---|"
 for r in "${archive_rows[@]}"; do set -- $r; echo "| $1 | $2 | $3 |"; done
@@ -72,6 +74,15 @@ echo
 echo "| concurrency | worker entries/s (1 ms handler) | ratio to the ideal (concurrency × 1,000/s) |"
 echo "|---|---|---|"
 echo "$conc" | while read -r c r q; do echo "| $c | $r | $q |"; done
+} | tee "$work/tables.md"
+machine="$(date -u +%Y-%m-%d) ($(nproc) cores, $(go version | cut -d' ' -f3), redis-server $(redis-server --version | grep -oE 'v=[0-9.]+' | cut -c3-))"
+block="<!-- curves: begin -->
+Measured $machine:
+
+$(cat "$work/tables.md")
+<!-- curves: end -->"
+BLOCK=$block awk 'BEGIN { b = ENVIRON["BLOCK"] } /<!-- curves: begin -->/ { print b; skip = 1; next } /<!-- curves: end -->/ { skip = 0; next } !skip' BENCHMARKS.md >BENCHMARKS.md.new
+mv BENCHMARKS.md.new BENCHMARKS.md
 
 points() { # points COLUMN ROWS... -> [[x,y],...]
 	local col=$1 out="" sep=""
