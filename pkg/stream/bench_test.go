@@ -37,47 +37,34 @@ func BenchmarkAppendBatch_Ratio(b *testing.B) {
 		}
 		return entries
 	}
-	raw := func(tb testing.TB) int {
-		round++
-		key := ks.Stream(fmt.Sprintf("raw%d", round))
-		id := brand.MustParse("EVT_01M8R1E8M50000000000000").String()
-		for start := 0; start < entries; start += batch {
-			pipe := rdb.Pipeline()
-			for _, p := range payloads[start : start+batch] {
-				vals := []string{"id", id}
-				for k, v := range p {
-					vals = append(vals, k, v)
+	// pipelined appends the payloads with XADD * in batches, each batch in
+	// one pipeline that newPipe makes.
+	pipelined := func(name string, newPipe func() redis.Pipeliner) benchratio.Round {
+		return func(tb testing.TB) int {
+			round++
+			key := ks.Stream(fmt.Sprintf("%s%d", name, round))
+			id := brand.MustParse("EVT_01M8R1E8M50000000000000").String()
+			for start := 0; start < entries; start += batch {
+				pipe := newPipe()
+				for _, p := range payloads[start : start+batch] {
+					vals := []string{"id", id}
+					for k, v := range p {
+						vals = append(vals, k, v)
+					}
+					pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: vals})
 				}
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: vals})
+				if _, err := pipe.Exec(ctx); err != nil {
+					tb.Fatal(err)
+				}
 			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				tb.Fatal(err)
-			}
+			return entries
 		}
-		return entries
 	}
+	raw := pipelined("raw", rdb.Pipeline)
 	// The ceiling of any atomic chunk: the same raw pipeline inside
 	// MULTI/EXEC. Redis queues every command of a transaction before it runs
 	// them, and that server time is what an all-or-nothing chunk costs.
-	multi := func(tb testing.TB) int {
-		round++
-		key := ks.Stream(fmt.Sprintf("multi%d", round))
-		id := brand.MustParse("EVT_01M8R1E8M50000000000000").String()
-		for start := 0; start < entries; start += batch {
-			pipe := rdb.TxPipeline()
-			for _, p := range payloads[start : start+batch] {
-				vals := []string{"id", id}
-				for k, v := range p {
-					vals = append(vals, k, v)
-				}
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: vals})
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		return entries
-	}
+	multi := pipelined("multi", rdb.TxPipeline)
 	b.Run("silt", func(b *testing.B) { benchratio.Compare(b, silt, raw) })
 	b.Run("multi-ceiling", func(b *testing.B) { benchratio.Compare(b, multi, raw) })
 }
