@@ -91,7 +91,13 @@ func archiverEnv(srv redisUnderTest, dataDir, remote string) []string {
 
 // runArchiver runs `archiver args...` to completion and returns its exit error.
 func runArchiver(env []string, args ...string) (string, string, error) {
-	cmd := exec.Command(filepath.Join(binDir, "archiver"), args...)
+	return runBin(filepath.Join(binDir, "archiver"), env, args...)
+}
+
+// runBin runs bin to completion with env added and returns stdout, stderr
+// and its exit error; the transcript keeps both.
+func runBin(bin string, env []string, args ...string) (string, string, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -106,16 +112,11 @@ func runArchiver(env []string, args ...string) (string, string, error) {
 func archiveHistory(t *testing.T, bin string, env []string, h *history) (counts, int) {
 	t.Helper()
 	run := func(args ...string) string {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), env...)
-		var out, errOut strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		transcript.add(out.String(), errOut.String())
+		out, errOut, err := runBin(bin, env, args...)
 		if err != nil {
-			t.Fatalf("archiver %v: %v\n%s", args, err, errOut.String())
+			t.Fatalf("archiver %v: %v\n%s", args, err, errOut)
 		}
-		return out.String()
+		return out
 	}
 	run("run", "--stream", "events", "--keep-last", "20")
 	fromArchive := h.loadRead(t, run("read"))

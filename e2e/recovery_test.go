@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -104,13 +103,7 @@ func TestWorker_ReplayResumesAfterFailure(t *testing.T) {
 }
 
 func runWorkerCmd(env []string, args ...string) (string, string, error) {
-	cmd := exec.Command(filepath.Join(binDir, "worker"), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	transcript.add(out.String(), errOut.String())
-	return out.String(), errOut.String(), err
+	return runBin(filepath.Join(binDir, "worker"), env, args...)
 }
 
 // TestWorker_KilledAfterReclaimingTrimmedEntries: a dead peer's pending
