@@ -20,7 +20,8 @@ SILT_SERVERS_DIR=$(mktemp -d)
 export SILT_SERVERS_DIR
 report=$(mktemp)
 trap 'scripts/servers.sh stop; rm -f "$report"' EXIT
-eval "$(scripts/servers.sh start all)"
+server_env=$(scripts/servers.sh start all)
+eval "$server_env"
 
 export SILT_RELIABILITY_REPORT=$report SILT_RELIABILITY_TIER=$tier
 timeout=20m

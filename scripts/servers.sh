@@ -77,13 +77,19 @@ free_port() {
 	die "no free port found"
 }
 
-wait_port() { # wait_port PORT NAME PIDFILE
+wait_port() { # wait_port PORT NAME PIDFILE: 0 listening, 1 exited, dies after 30s
 	for _ in $(seq 300); do
 		port_free "$1" || return 0
-		kill -0 "$(cat "$3")" 2>/dev/null || die "$2 exited at start; see $STATE/$2/log"
+		kill -0 "$(cat "$3")" 2>/dev/null || return 1
 		sleep 0.1
 	done
 	die "$2 did not listen on 127.0.0.1:$1 within 30s; see $STATE/$2/log"
+}
+
+# exited NAME: after a server exited at start, log why (its log's tail).
+exited() {
+	log "$1 exited at start; the end of its log:"
+	tail -n 20 "$STATE/$1/log" >&2 || true
 }
 
 random_key() { head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c "$1"; }
@@ -95,7 +101,7 @@ start_redis() {
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/data" \
 		--logfile "$dir/log" --daemonize no >/dev/null 2>&1 &
 	echo $! >"$dir/pid"
-	wait_port "$port" redis "$dir/pid"
+	wait_port "$port" redis "$dir/pid" || { exited redis; return 1; }
 	echo "export SILT_REDIS_URL=redis://127.0.0.1:$port/0" >"$dir/env"
 }
 
@@ -111,7 +117,7 @@ start_cluster() {
 			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
 			--logfile "$dir/$i/log" --daemonize no >/dev/null 2>&1 &
 		echo $! >"$dir/$i/pid"
-		wait_port "$p" "cluster/$i" "$dir/$i/pid"
+		wait_port "$p" "cluster/$i" "$dir/$i/pid" || { exited "cluster/$i"; return 1; }
 		ports+=("127.0.0.1:$p")
 		urls+=("redis://127.0.0.1:$p")
 	done
@@ -145,7 +151,7 @@ start_s3() { # start_s3 NAME ENVPREFIX COMMAND...
 		;;
 	esac
 	echo $! >"$dir/pid"
-	wait_port "$port" "$name" "$dir/pid"
+	wait_port "$port" "$name" "$dir/pid" || { exited "$name"; return 1; }
 	{
 		echo "export ${prefix}_ENDPOINT=http://127.0.0.1:$port"
 		echo "export ${prefix}_ACCESS_KEY=$access"
@@ -158,13 +164,18 @@ start_one() {
 	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
 		return # already running
 	fi
-	case $1 in
-	redis) start_redis ;;
-	cluster) start_cluster ;;
-	minio) start_s3 minio SILT_MINIO ;;
-	versitygw) start_s3 versitygw SILT_VERSITYGW ;;
-	esac
-	log "$1 started (pid $(cat "$pidfile"))"
+	# A free port can be taken between choosing and binding it: try again
+	# on other ports before giving up.
+	for attempt in 1 2 3; do
+		case $1 in
+		redis) start_redis ;;
+		cluster) start_cluster ;;
+		minio) start_s3 minio SILT_MINIO ;;
+		versitygw) start_s3 versitygw SILT_VERSITYGW ;;
+		esac && { log "$1 started (pid $(cat "$pidfile"))"; return; }
+		log "$1: start attempt $attempt failed"
+	done
+	die "$1 did not start; see above"
 }
 
 print_env() { cat "$STATE"/*/env 2>/dev/null || true; }

@@ -30,7 +30,8 @@ step "start servers"
 SILT_SERVERS_DIR=$(mktemp -d)
 export SILT_SERVERS_DIR
 trap 'scripts/servers.sh stop' EXIT
-eval "$(scripts/servers.sh start all)"
+server_env=$(scripts/servers.sh start all) # a server that does not start stops the run here
+eval "$server_env"
 
 step "unit tests (-race)"
 go test -race -count=1 $(go list ./... | grep -v /e2e)
