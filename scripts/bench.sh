@@ -54,7 +54,7 @@ BEGIN {
 /requests per commit/ { sub(/.*requests per commit: /, ""); print "| P7 | " $0 " | | | <= 3; 0 LIST | yes | 20 commits | -run TestVolume_RequestsPerCommit -v ./pkg/graft |" }
 ' "$out")
 [ -z "$rss" ] || table="$table
-| P6 | $rss | | | <= 1.15 | | 1 each | scripts/bench-rss.sh |"
+| P6 | $rss | | | <= 1.15 | | 3 each | scripts/bench-rss.sh |"
 echo
 echo "machine: $machine"
 echo "$table"
