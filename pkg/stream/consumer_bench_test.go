@@ -25,15 +25,9 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 	const entries = 20000
 	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
-	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
-	batch := make([]stream.Fields, entries)
-	for i := range batch {
-		batch[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
-	}
-	if _, err := l.AppendBatch(ctx, batch); err != nil {
-		b.Fatal(err)
-	}
+	l := benchStream(b, rdb, "events", entries, func(i int) stream.Fields {
+		return stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
+	})
 	round := 0
 	newGroup := func(tb testing.TB) string {
 		round++
@@ -90,15 +84,7 @@ func BenchmarkConsumer_Concurrency(b *testing.B) {
 	const entries = 2000
 	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
-	l, _ := stream.NewLog(rdb, ks, "conc", brand.EVT)
-	batch := make([]stream.Fields, entries)
-	for i := range batch {
-		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
-	}
-	if _, err := l.AppendBatch(ctx, batch); err != nil {
-		b.Fatal(err)
-	}
+	l := benchStream(b, rdb, "conc", entries, numbered)
 	round := 0
 	for _, conc := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("c%d", conc), func(b *testing.B) {
@@ -123,3 +109,25 @@ func BenchmarkConsumer_Concurrency(b *testing.B) {
 		})
 	}
 }
+
+// benchStream appends n entries made by fields to stream name of queue
+// "bench" and returns its log.
+func benchStream(b *testing.B, rdb *redis.Client, name string, n int, fields func(int) stream.Fields) *stream.Log {
+	b.Helper()
+	ks, _ := stream.NewKeyspace("", "bench")
+	l, err := stream.NewLog(rdb, ks, name, brand.EVT)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]stream.Fields, n)
+	for i := range batch {
+		batch[i] = fields(i)
+	}
+	if _, err := l.AppendBatch(context.Background(), batch); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// numbered is the payload {"n": i}.
+func numbered(i int) stream.Fields { return stream.Fields{"n": fmt.Sprint(i)} }

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/internal/testserver"
-	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -27,17 +26,9 @@ func BenchmarkDeadPeerRecovery_Ratio(b *testing.B) {
 	const entries, minIdle = 1000, 500 * time.Millisecond
 	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
 	var ratios []float64
 	for i := range b.N {
-		l, _ := stream.NewLog(rdb, ks, fmt.Sprint("p8-", i), brand.EVT)
-		batch := make([]stream.Fields, entries)
-		for j := range batch {
-			batch[j] = stream.Fields{"n": fmt.Sprint(j)}
-		}
-		if _, err := l.AppendBatch(ctx, batch); err != nil {
-			b.Fatal(err)
-		}
+		l := benchStream(b, rdb, fmt.Sprint("p8-", i), entries, numbered)
 		rdb.XGroupCreate(ctx, l.Key(), "g", "0")
 		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{l.Key(), ">"}, Count: entries}).Result()
 		if err != nil || len(res[0].Messages) != entries {
