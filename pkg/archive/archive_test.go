@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,55 @@ func TestCatchUp_GroupBehindRetention(t *testing.T) {
 	}
 	if n := e.rdb.LLen(ctx, "emq:{cm}:catchup:events:slow").Val(); n != 0 {
 		t.Fatalf("%d gaps left", n)
+	}
+}
+
+// A slice is read in chunks of 1,000 entries: slices larger than a chunk, and
+// a byte bound that falls inside a chunk, still commit exactly what they say.
+func TestRun_SlicesSpanReadChunks(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name           string
+		entries, bytes int64
+		want           []uint64 // pages per commit
+	}{
+		{"entries", 2500, 4 << 20, []uint64{2500, 2500, 999}},
+		{"bytes", 10000, 0, []uint64{1700, 1700, 1700, 899}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			batch := make([]stream.Fields, 6000)
+			for i := range batch { // all of one size
+				batch[i] = stream.Fields{"n": fmt.Sprintf("%04d", i)}
+			}
+			ids, err := e.log.AppendBatch(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := e.log.ReadRaw(ctx, ids[0].StreamID, ids[0].StreamID, 1)
+			if err != nil || len(raw) != 1 {
+				t.Fatalf("read back: %v", err)
+			}
+			a := e.open(t)
+			a.SliceEntries, a.SliceBytes, a.Exact = tc.entries, tc.bytes, true
+			if a.SliceBytes == 0 {
+				a.SliceBytes = 1700 * int64(stream.EntryBytes(raw[0].Fields))
+			}
+			res, err := a.Run(ctx, archive.Policy{KeepLast: 1}, nil)
+			if err != nil || res.Archived != 5999 || res.W != ids[5998].StreamID.String() {
+				t.Fatalf("run %+v %v", res, err)
+			}
+			var pages []uint64
+			for _, c := range a.Volume().Commits(1) {
+				pages = append(pages, c.Pages)
+			}
+			if !slices.Equal(pages, tc.want) {
+				t.Fatalf("pages per commit %v, want %v", pages, tc.want)
+			}
+			got, fromArchive := history(t, a, stream.First, stream.Last)
+			if !slices.Equal(got, ids) || fromArchive != 5999 {
+				t.Fatalf("merged read: %d entries (%d from the archive), want the 6000 appended", len(got), fromArchive)
+			}
+		})
 	}
 }

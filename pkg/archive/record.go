@@ -35,7 +35,22 @@ var ErrBadRecord = errors.New("bad archive record")
 // encodeRecord lays a record out as: version, flags, ms, seq, field count,
 // then length-prefixed names and values (uvarints), names in sorted order.
 func encodeRecord(r Record) []byte {
-	b := make([]byte, 0, 64)
+	b, _ := appendRecord(make([]byte, 0, maxRecordSize(r.Fields)), r, nil)
+	return b
+}
+
+// maxRecordSize bounds the encoded size of a record of these fields.
+func maxRecordSize(fields map[string]string) int {
+	n := 2 + 3*binary.MaxVarintLen64
+	for k, v := range fields {
+		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	}
+	return n
+}
+
+// appendRecord appends r's encoding to b. keys is scratch space for the
+// sorted names (may be nil), returned for reuse.
+func appendRecord(b []byte, r Record, keys []string) ([]byte, []string) {
 	flags := byte(0)
 	if r.Malformed {
 		flags |= flagMalformed
@@ -44,7 +59,7 @@ func encodeRecord(r Record) []byte {
 	b = binary.AppendUvarint(b, r.StreamID.MS)
 	b = binary.AppendUvarint(b, r.StreamID.Seq)
 	b = binary.AppendUvarint(b, uint64(len(r.Fields)))
-	keys := make([]string, 0, len(r.Fields))
+	keys = keys[:0]
 	for k := range r.Fields {
 		keys = append(keys, k)
 	}
@@ -55,7 +70,7 @@ func encodeRecord(r Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(r.Fields[k])))
 		b = append(b, r.Fields[k]...)
 	}
-	return b
+	return b, keys
 }
 
 // decodeRecord parses a record page.

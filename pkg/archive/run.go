@@ -70,11 +70,11 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		return res, fmt.Errorf("archive %s: last-generated-id: %w", a.log.Key(), err)
 	}
 	for ctx.Err() == nil {
-		slice, err := a.nextSlice(ctx, p, st, top)
-		if err != nil || len(slice) == 0 {
+		f, err := a.fold(ctx, p, st, top)
+		if err != nil || len(f.pages) == 0 {
 			return res, err
 		}
-		next, err := a.commit(ctx, st, slice, &res)
+		next, err := a.commit(ctx, st, f, &res)
 		if err != nil {
 			return res, err
 		}
@@ -89,35 +89,103 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	return res, ctx.Err()
 }
 
-// nextSlice returns the next entries to fold: after W, inside the policy,
-// at most SliceEntries and about SliceBytes.
-func (a *Archive) nextSlice(ctx context.Context, p Policy, st state, top brand.StreamID) ([]stream.RawEntry, error) {
+// readChunk is how many entries one XRANGE of a fold asks for. A slice is
+// read chunk by chunk and each chunk is encoded into record pages before the
+// next is read, so a run holds one chunk of decoded entries, not a slice.
+const readChunk = 1000
+
+// folded is one slice, encoded: the record pages of the entries after W
+// that the policy lets go, at most SliceEntries and about SliceBytes.
+type folded struct {
+	pages []graft.Page
+	first brand.StreamID // the stream id of pages[0]
+	next  state          // the state once committed
+	bytes int64          // record bytes
+
+	arena []byte   // the block the next record pages are cut from
+	keys  []string // scratch for appendRecord
+}
+
+// arenaBlock is the size of the blocks record pages are cut from: one
+// allocation per block instead of one per record.
+const arenaBlock = 256 << 10
+
+// fold reads and encodes the next slice. No pages means nothing to archive.
+func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.StreamID) (folded, error) {
+	f := folded{next: st}
 	from, ok := st.W.Next()
 	if !ok {
-		return nil, nil
+		return f, nil
 	}
 	to := top
 	if p.KeepFor > 0 {
 		if to, ok = brand.WindowStart(time.Now().Add(-p.KeepFor)).Prev(); !ok {
-			return nil, nil
+			return f, nil
 		}
 	}
 	count := a.SliceEntries
 	if p.KeepLast > 0 {
 		n, err := a.archivable(ctx, st, p.KeepLast)
 		if err != nil {
-			return nil, err
+			return f, err
 		}
 		count = min(count, n)
 	}
-	if count <= 0 || from.Compare(to) > 0 {
-		return nil, nil
+	f.pages = make([]graft.Page, 0, min(max(count, 0), 1<<14))
+	var payload int64 // field bytes, against SliceBytes
+	for left := count; left > 0 && from.Compare(to) <= 0; {
+		ask := min(left, readChunk)
+		entries, err := a.log.ReadRaw(ctx, from, to, ask)
+		if err != nil {
+			return f, err
+		}
+		for _, e := range entries {
+			n := int64(stream.EntryBytes(e.Fields))
+			if payload+n > a.SliceBytes && len(f.pages) > 0 {
+				return f, nil
+			}
+			payload += n
+			if err := f.add(a, e, n); err != nil {
+				return f, err
+			}
+		}
+		if int64(len(entries)) < ask {
+			break
+		}
+		left -= ask
+		if from, ok = f.next.W.Next(); !ok {
+			break
+		}
 	}
-	entries, err := a.log.ReadRaw(ctx, from, to, count)
-	if err != nil {
-		return nil, err
+	return f, nil
+}
+
+// add encodes one entry as the slice's next record page.
+func (f *folded) add(a *Archive, e stream.RawEntry, size int64) error {
+	if a.MaxEntryBytes > 0 && size > int64(a.MaxEntryBytes) {
+		return fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise --max-entry-bytes, or remove the entry): %w",
+			e.StreamID, a.log.Key(), size, a.MaxEntryBytes, stream.ErrOversized)
 	}
-	return cutBytes(entries, a.SliceBytes), nil
+	malformed := errors.Is(a.log.CheckRaw(e), stream.ErrMalformed)
+	if malformed {
+		f.next.Malformed++
+	}
+	if need := maxRecordSize(e.Fields); cap(f.arena)-len(f.arena) < need {
+		f.arena = make([]byte, 0, max(arenaBlock, need))
+	}
+	start := len(f.arena)
+	f.arena, f.keys = appendRecord(f.arena, Record{StreamID: e.StreamID, Fields: e.Fields, Malformed: malformed}, f.keys)
+	data := f.arena[start:len(f.arena):len(f.arena)]
+	if len(f.pages) == 0 {
+		f.first = e.StreamID
+	}
+	f.pages = append(f.pages, graft.Page{No: RecordBase + f.next.NextPage, Data: data})
+	f.next.W = e.StreamID
+	f.next.Archived++
+	f.next.Bytes += int64(len(data))
+	f.next.NextPage++
+	f.bytes += int64(len(data))
+	return nil
 }
 
 // archivable counts how many entries after W may go while keeping the
@@ -138,46 +206,11 @@ func (a *Archive) archivable(ctx context.Context, st state, keep int64) (int64, 
 	return info.Length - below - keep, nil
 }
 
-// cutBytes keeps a prefix of entries of at most about limit bytes (at least one).
-func cutBytes(entries []stream.RawEntry, limit int64) []stream.RawEntry {
-	var size int64
-	for i, e := range entries {
-		for k, v := range e.Fields {
-			size += int64(len(k) + len(v))
-		}
-		if size > limit && i > 0 {
-			return entries[:i]
-		}
-	}
-	return entries
-}
-
-// commit folds a slice into record pages and commits them. A lost race
-// returns the winner's state instead.
-func (a *Archive) commit(ctx context.Context, st state, slice []stream.RawEntry, res *Result) (state, error) {
-	next := st
-	pages := make([]graft.Page, len(slice))
-	var bytes int64
-	for i, e := range slice {
-		if n := stream.EntryBytes(e.Fields); a.MaxEntryBytes > 0 && n > a.MaxEntryBytes {
-			return st, fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise --max-entry-bytes, or remove the entry): %w",
-				e.StreamID, a.log.Key(), n, a.MaxEntryBytes, stream.ErrOversized)
-		}
-		_, derr := a.log.Decode(e)
-		malformed := errors.Is(derr, stream.ErrMalformed)
-		if malformed {
-			next.Malformed++
-		}
-		data := encodeRecord(Record{StreamID: e.StreamID, Fields: e.Fields, Malformed: malformed})
-		pages[i] = graft.Page{No: RecordBase + next.NextPage + uint64(i), Data: data}
-		bytes += int64(len(data))
-	}
-	next.W = slice[len(slice)-1].StreamID
-	next.Archived += int64(len(slice))
-	next.Bytes += bytes
-	next.NextPage += uint64(len(slice))
+// commit commits a folded slice. A lost race returns the winner's state
+// instead.
+func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (state, error) {
 	a.failpoint("after-fold")
-	c, err := a.vol.Commit(ctx, pages, next.meta(slice[0].StreamID))
+	c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first))
 	var ce *graft.ConflictError
 	if errors.As(err, &ce) {
 		res.LostRaces++
@@ -188,12 +221,12 @@ func (a *Archive) commit(ctx context.Context, st state, slice []stream.RawEntry,
 		return st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
 	a.failpoint("after-commit")
-	res.Archived += int64(len(slice))
+	res.Archived += int64(len(f.pages))
 	res.Commits++
-	res.Bytes += bytes
-	res.Malformed += next.Malformed - st.Malformed
-	res.W, res.LSN = next.W.String(), c.LSN
-	return next, nil
+	res.Bytes += f.bytes
+	res.Malformed += f.next.Malformed - st.Malformed
+	res.W, res.LSN = f.next.W.String(), c.LSN
+	return f.next, nil
 }
 
 // trim removes live entries at or below the committed watermark, never above.

@@ -296,8 +296,11 @@ func (v *Volume) failpoint(step string) {
 // *, then the local head. Losing the race for the LSN adopts the winner and
 // returns a *ConflictError; nothing of ours becomes visible.
 func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]string) (*Commit, error) {
-	pages = slices.Clone(pages)
-	slices.SortFunc(pages, func(a, b Page) int { return cmpU64(a.No, b.No) })
+	byNo := func(a, b Page) int { return cmpU64(a.No, b.No) }
+	if !slices.IsSortedFunc(pages, byNo) { // sort a copy: the caller's slice stays as it is
+		pages = slices.Clone(pages)
+		slices.SortFunc(pages, byNo)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	lsn := uint64(len(v.commits)) + 1

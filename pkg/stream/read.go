@@ -121,11 +121,24 @@ func (l *Log) ReadRaw(ctx context.Context, from, to brand.StreamID, count int64)
 // Decode checks a raw entry as Read does: the Entry, and a *MalformedError
 // when its "id" field is missing, bad, of another kind or names another id.
 func (l *Log) Decode(raw RawEntry) (Entry, error) {
-	vals := make(map[string]any, len(raw.Fields))
+	e := Entry{StreamID: raw.StreamID, Fields: make(Fields, len(raw.Fields))}
 	for k, v := range raw.Fields {
-		vals[k] = v
+		if k != IDField {
+			e.Fields[k] = v
+		}
 	}
-	return l.decode(redis.XMessage{ID: raw.StreamID.String(), Values: vals})
+	rawID, hasID := raw.Fields[IDField]
+	id, err := l.checkID(raw.StreamID, rawID, hasID)
+	e.ID = id
+	return e, err
+}
+
+// CheckRaw reports what Decode would about raw's "id" field, without copying
+// its fields: nil, or a *MalformedError.
+func (l *Log) CheckRaw(raw RawEntry) error {
+	rawID, hasID := raw.Fields[IDField]
+	_, err := l.checkID(raw.StreamID, rawID, hasID)
+	return err
 }
 
 // decode turns a raw message into an Entry, checking its "id" field against
@@ -150,8 +163,15 @@ func (l *Log) decode(msg redis.XMessage) (Entry, error) {
 		}
 		e.Fields[k] = s
 	}
-	bad := func(reason string) (Entry, error) {
-		return e, &MalformedError{Key: l.key, StreamID: sid, RawID: raw, Reason: reason}
+	e.ID, err = l.checkID(sid, raw, hasID)
+	return e, err
+}
+
+// checkID parses an entry's "id" field and checks it against the entry's
+// stream id and the log's kind.
+func (l *Log) checkID(sid brand.StreamID, raw string, hasID bool) (brand.ID, error) {
+	bad := func(reason string) (brand.ID, error) {
+		return brand.ID{}, &MalformedError{Key: l.key, StreamID: sid, RawID: raw, Reason: reason}
 	}
 	if !hasID {
 		return bad(`no "id" field`)
@@ -165,6 +185,5 @@ func (l *Log) decode(msg redis.XMessage) (Entry, error) {
 	case id.StreamID != sid:
 		return bad(fmt.Sprintf("id %s names %s, not the entry's own id", raw, id.StreamID))
 	}
-	e.ID = id
-	return e, nil
+	return id, nil
 }
