@@ -158,7 +158,15 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		chain, prev = append(chain, c), c.Hash()
 		rep.Commits, rep.Segments, rep.Pages, rep.Bytes = rep.Commits+1, rep.Segments+1, rep.Pages+int64(c.Pages), rep.Bytes+int64(len(seg))
 	}
-	v.commits = chain
+	v.commits = nil
+	v.loading = true
+	for _, c := range chain {
+		v.push(c)
+	}
+	v.loading = false
+	if v.KeepMeta != nil {
+		v.writeIndex()
+	}
 	clear(v.cache)
 	return rep, nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +43,9 @@ type Volume struct {
 	mu      sync.Mutex
 	commits []*Commit // index i holds LSN i+1
 	cache   map[string]*Segment
+	indexed int  // commits the commit index holds (index.go)
+	indexOK bool // the index may grow: it holds LSNs 1..indexed and nothing else
+	loading bool // loadLocal is running: the index is written after it
 }
 
 // Open opens volume name with local files under dataDir and the remote in
@@ -104,30 +106,58 @@ func (v *Volume) localSegment(key string) string {
 	return filepath.Join(v.dir, "segments", filepath.Base(key))
 }
 
-// loadLocal reads the local commit files in LSN order, stopping at the first
-// gap; a local file that fails its checksum is an error naming it.
+// loadLocal loads the local commits: the commit index's (index.go), then
+// the commit files from the next LSN on, up to the first missing one. A
+// commit file that fails its checksum is an error naming it. When the files
+// disagree with the index, the files alone are loaded and the index rebuilt.
 func (v *Volume) loadLocal() error {
-	names, err := os.ReadDir(filepath.Join(v.dir, "commits"))
-	if err != nil {
-		return fmt.Errorf("open volume %s: %w", v.name, err)
+	if v.KeepMeta == nil {
+		return v.loadFiles()
 	}
-	for _, e := range names {
-		lsn, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || lsn != uint64(len(v.commits))+1 {
+	v.loading = true
+	defer func() { v.loading = false }()
+	clean := v.loadIndex()
+	err := v.loadFiles()
+	if err != nil && v.indexed > 0 {
+		v.commits, v.indexed, clean = nil, 0, false
+		err = v.loadFiles()
+	}
+	if err != nil {
+		return err
+	}
+	if !clean || v.indexed < len(v.commits)-1 {
+		v.writeIndex()
+	} else {
+		v.indexOK = true
+	}
+	return nil
+}
+
+// loadFiles links the local commit files after the commits loaded so far.
+func (v *Volume) loadFiles() error {
+	known := uint64(len(v.commits))
+	for lsn := known + 1; ; lsn++ {
+		c, err := v.readCommitFile(lsn)
+		if isNotExist(err) {
 			break
 		}
-		path := filepath.Join(v.dir, "commits", e.Name())
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("open volume %s: %w", v.name, err)
-		}
-		c, err := DecodeCommit(path, b)
 		if err != nil {
 			return fmt.Errorf("open volume %s: %w", v.name, err)
 		}
 		if err := v.link(c); err != nil {
 			return err
 		}
+	}
+	if known > 0 && uint64(len(v.commits)) == known {
+		// The index holds the latest commit: take it whole, from its file.
+		c, err := v.readCommitFile(known)
+		if err != nil {
+			return fmt.Errorf("open volume %s: %w", v.name, err)
+		}
+		if c.Hash() != v.commits[known-1].Hash() {
+			return fmt.Errorf("open volume %s: commit %d: %w: the file differs from the commit index", v.name, known, ErrCorrupt)
+		}
+		v.commits[known-1] = c
 	}
 	return nil
 }
@@ -187,6 +217,9 @@ func (v *Volume) link(c *Commit) error {
 func (v *Volume) push(c *Commit) {
 	if n := len(v.commits); n > 0 && v.KeepMeta != nil {
 		v.commits[n-1] = v.slim(v.commits[n-1])
+		if !v.loading {
+			v.appendIndex(v.commits[n-1])
+		}
 	}
 	v.commits = append(v.commits, c)
 }
