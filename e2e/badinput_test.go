@@ -252,7 +252,7 @@ func TestBadInput_NamesURLsAndFlags(t *testing.T) {
 		{"worker", []string{"append", "--kind", "evt", "a=1"}, "--kind"},
 		{"worker", []string{"append", "--max-entry-bytes", "-1", "a=1"}, "--max-entry-bytes"},
 		{"worker", []string{"append", "id=EVT_x"}, "id=EVT_x"},
-		{"worker", []string{"run", "--count", "0", "--", "true"}, "--count"},
+		{"worker", []string{"run", "--count", "-1", "--", "true"}, "--count"},
 		{"worker", []string{"run", "--min-idle", "0s", "--", "true"}, "--min-idle"},
 		{"worker", []string{"run", "--max-entry-bytes", "-5", "--", "true"}, "--max-entry-bytes"},
 		{"worker", []string{"run", "--log-format", "xml", "--", "true"}, "--log-format"},

@@ -43,7 +43,7 @@ func runCommand() *cli.Command {
 	flags := append(clix.CommonFlags(), groupFlags()...)
 	flags = append(flags, handlerFlags()...)
 	flags = append(flags,
-		&cli.Int64Flag{Name: "count", Value: 100, Usage: "entries per read"},
+		&cli.Int64Flag{Name: "count", Value: 0, Usage: "entries per read (0: adapt, from 100 up to 1000 while a batch takes under min-idle/100, back down when one takes over min-idle/10)"},
 		&cli.DurationFlag{Name: "block", Value: 2 * time.Second, Usage: "how long to wait for new entries before exiting"},
 		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
 		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "deliveries before an entry is dead-lettered"},
@@ -182,7 +182,10 @@ func runAction(c *cli.Context) error {
 }
 
 func configure(c *cli.Context, k *stream.Consumer) error {
-	for _, name := range []string{"count", "max-attempts"} {
+	if c.Int64("count") < 0 {
+		return clix.Usagef("--count", "must be 0 (adaptive) or more, got %d", c.Int64("count"))
+	}
+	for _, name := range []string{"max-attempts"} {
 		if c.Int64(name) < 1 {
 			return clix.Usagef("--"+name, "must be at least 1, got %d", c.Int64(name))
 		}

@@ -180,7 +180,7 @@ func TestRun_UsageErrors(t *testing.T) {
 		{[]string{"--group", "g", "--exec", "true", "--stdout"}, "--exec and --stdout"},
 		{[]string{"--group", "g", "--webhook", "ftp://x"}, "--webhook"},
 		{[]string{"--group", "g b", "--stdout"}, "--group"},
-		{[]string{"--group", "g", "--stdout", "--count", "0"}, "--count"},
+		{[]string{"--group", "g", "--stdout", "--count", "-1"}, "--count"},
 		{[]string{"--group", "g", "--stdout", "--block", "0s"}, "--block"},
 		{[]string{"--group", "g", "--stdout", "--concurrency", "0"}, "--concurrency"},
 	} {

@@ -17,7 +17,7 @@ import (
 // entries, and returns when the work is done or its budget is spent. Set the
 // exported fields before Run; zero values take the defaults shown.
 type Consumer struct {
-	Count         int64         // entries per read; 100
+	Count         int64         // entries per read; 0: adaptive, from 100 up to 1,000 while batches are handled quickly (run.adapt)
 	Block         time.Duration // how long a read of new entries waits; 2s
 	MinIdle       time.Duration // idle time (judged by the server) after which a peer's entry is reclaimed; 30s
 	ClaimEvery    time.Duration // period of the reclaim beat; MinIdle/10, so a dead peer's entries move within 1.1 × MinIdle
@@ -93,9 +93,6 @@ func (c *Consumer) defaults() {
 	def(&c.ForgetAfter, 24*time.Hour)
 	def(&c.WriteTimeout, 10*time.Second)
 	def(&c.LeaseTTL, defaultLeaseTTL)
-	if c.Count <= 0 {
-		c.Count = 100
-	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
 	}

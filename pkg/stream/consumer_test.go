@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -524,5 +525,62 @@ func TestInspect(t *testing.T) {
 	}
 	if _, err := stream.Inspect(ctx, f.log, "nope"); err == nil {
 		t.Fatal("Inspect of a missing group succeeded")
+	}
+}
+
+func none(int) time.Duration { return 0 }
+
+func every(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// With Count 0 reads grow while batches are handled quickly and stay small
+// when they are not; a fixed Count is kept.
+func TestConsumer_AdaptiveReadSize(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		entries     int
+		count       int64
+		minIdle     time.Duration
+		handler     func(n int) time.Duration // the handler's time for the nth delivery
+		wantBatches []int
+	}{
+		// 100, 200, 400, 800, then 1,000 at a time: the batches of 5,000 entries.
+		{"fast grows", 5000, 0, time.Hour, none, []int{100, 200, 400, 800, 1000, 1000, 1000, 500}},
+		{"fixed count", 1000, 100, time.Hour, none, []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}},
+		// 100 × 2 ms is over MinIdle/100: no growth.
+		{"slow stays", 300, 0, 2 * time.Second, every(2 * time.Millisecond), []int{100, 100, 100}},
+		// Slow from the 701st: 800 × 2 ms is over MinIdle/10, so the next read
+		// halves; 400 × 2 ms is neither fast nor slow.
+		{"slow shrinks", 1900, 0, 10 * time.Second, func(n int) time.Duration {
+			if n > 700 {
+				return 2 * time.Millisecond
+			}
+			return 0
+		}, []int{100, 200, 400, 800, 400}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.entries)
+			c := f.consumer(t, "w1")
+			c.Count, c.MinIdle = tc.count, tc.minIdle
+			var batches []int // deliveries after each read (beats and the PEL drain read nothing here)
+			n := 0
+			c.Failpoint = func(name string) {
+				if name == "after-read" {
+					batches = append(batches, 0)
+				}
+			}
+			sum, err := c.Run(context.Background(), func(context.Context, stream.Delivery) error {
+				batches[len(batches)-1]++
+				n++
+				time.Sleep(tc.handler(n))
+				return nil
+			})
+			if err != nil || sum.Acked != int64(tc.entries) {
+				t.Fatalf("run: %+v %v", sum, err)
+			}
+			batches = slices.DeleteFunc(batches, func(n int) bool { return n == 0 })
+			if !slices.Equal(batches, tc.wantBatches) {
+				t.Fatalf("batches %v, want %v", batches, tc.wantBatches)
+			}
+		})
 	}
 }

@@ -41,13 +41,16 @@ type job struct {
 // Writes use a context that outlives cancellation (bounded by WriteTimeout),
 // so work that finished is acked even during shutdown.
 func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) error {
+	start := time.Now()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
 	defer cancel()
 	jobs, err := r.jobs(wctx, msgs, deleted, src)
 	if err != nil {
 		return err
 	}
-	return r.process(ctx, wctx, jobs)
+	err = r.process(ctx, wctx, jobs)
+	r.adapt(len(msgs), time.Since(start))
+	return err
 }
 
 // process takes built jobs through prepare, dedupe, handlers and settle.

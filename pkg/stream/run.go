@@ -42,10 +42,21 @@ type run struct {
 	// it arrives, even in a pipeline whose read then blocks.
 	carry bool
 	acks  []string
+	// batch is the size of the next read (Consumer.Count, or adapted).
+	batch int64
 }
 
+// Bounds of an adaptive read size (Consumer.Count 0).
+const (
+	autoCountMin = 100
+	autoCountMax = 1000
+)
+
 func newRun(c *Consumer, h Handler) *run {
-	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0"}
+	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0", batch: c.Count}
+	if r.batch <= 0 {
+		r.batch = autoCountMin
+	}
 	if c.MaxDuration > 0 {
 		r.deadline = r.start.Add(c.MaxDuration)
 	}
@@ -114,6 +125,24 @@ func (r *run) waitLease(ctx context.Context) error {
 // leasePoll is how often a waiting run asks for the catch-up lease.
 const leasePoll = 100 * time.Millisecond
 
+// adapt sizes the next read after a batch of n entries took took to
+// handle. From its read until its acks a batch is pending on this consumer,
+// and peers reclaim what stays idle MinIdle; so an adaptive read grows
+// (doubling, up to autoCountMax) only while a full batch takes under
+// MinIdle/100, and shrinks (halving, down to autoCountMin) once one takes
+// over MinIdle/10. A fixed Count stays as it is.
+func (r *run) adapt(n int, took time.Duration) {
+	if r.c.Count > 0 {
+		return
+	}
+	switch {
+	case int64(n) >= r.batch && took < r.c.MinIdle/100:
+		r.batch = min(2*r.batch, autoCountMax)
+	case took > r.c.MinIdle/10:
+		r.batch = max(r.batch/2, autoCountMin)
+	}
+}
+
 // stopped reports whether the run must stop taking entries, and records why.
 func (r *run) stopped(ctx context.Context) bool {
 	switch {
@@ -132,7 +161,7 @@ func (r *run) stopped(ctx context.Context) bool {
 
 // count returns how many entries the next read may take under the budget.
 func (r *run) count() int64 {
-	n := r.c.Count
+	n := r.batch
 	if r.c.MaxEntries > 0 {
 		n = min(n, r.c.MaxEntries-r.sum.Handled()-r.sum.Abandoned)
 	}
