@@ -542,23 +542,34 @@ func TestConsumer_AdaptiveReadSize(t *testing.T) {
 		minIdle     time.Duration
 		handler     func(n int) time.Duration // the handler's time for the nth delivery
 		wantBatches []int
+		pad         int // payload bytes per entry
 	}{
-		// 100, 200, 400, 800, then 1,000 at a time: the batches of 5,000 entries.
-		{"fast grows", 5000, 0, time.Hour, none, []int{100, 200, 400, 800, 1000, 1000, 1000, 500}},
-		{"fixed count", 1000, 100, time.Hour, none, []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}},
+		// Each read is issued (read ahead) before the batch before it is
+		// handled, so a size shows up one batch after it was chosen, twice.
+		{"fast grows", 5000, 0, time.Hour, none, []int{100, 100, 200, 200, 400, 400, 800, 800, 1000, 1000}, 0},
+		{"fixed count", 1000, 100, time.Hour, none, []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 0},
 		// 100 × 2 ms is over MinIdle/100: no growth.
-		{"slow stays", 300, 0, 2 * time.Second, every(2 * time.Millisecond), []int{100, 100, 100}},
-		// Slow from the 701st: 800 × 2 ms is over MinIdle/10, so the next read
-		// halves; 400 × 2 ms is neither fast nor slow.
-		{"slow shrinks", 1900, 0, 10 * time.Second, func(n int) time.Duration {
-			if n > 700 {
-				return 2 * time.Millisecond
+		{"slow stays", 300, 0, 2 * time.Second, every(2 * time.Millisecond), []int{100, 100, 100}, 0},
+		// The 7th batch (from the 1,401st entry) takes over MinIdle/10: the
+		// read chosen after it halves to 400 where it would have been 1,000.
+		{"slow shrinks", 3400, 0, 20 * time.Second, func(n int) time.Duration {
+			if n == 1401 {
+				return 2100 * time.Millisecond
 			}
 			return 0
-		}, []int{100, 200, 400, 800, 400}},
+		}, []int{100, 100, 200, 200, 400, 400, 800, 800, 400}, 0},
+		// 100 entries of 30 KB are over half the byte budget of a batch: no growth.
+		{"big entries stay", 300, 0, time.Hour, none, []int{100, 100, 100}, 30 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.entries)
+			f := newFixture(t, 0)
+			batch := make([]stream.Fields, tc.entries)
+			for i := range batch {
+				batch[i] = stream.Fields{"n": fmt.Sprint(i), "pad": strings.Repeat("x", tc.pad)}
+			}
+			if _, err := f.log.AppendBatch(context.Background(), batch); err != nil {
+				t.Fatal(err)
+			}
 			c := f.consumer(t, "w1")
 			c.Count, c.MinIdle = tc.count, tc.minIdle
 			var batches []int // deliveries after each read (beats and the PEL drain read nothing here)

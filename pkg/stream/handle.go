@@ -29,7 +29,7 @@ const (
 // job is one delivery of a batch and what became of it.
 type job struct {
 	d      Delivery
-	rawID  string // the entry's "id" field as stored, for dead letters
+	rawID  string // the entry's "id" field as stored when it is malformed (else entryID formats d.ID)
 	fate   fate
 	err    error
 	reason string // why it is dead-lettered
@@ -48,8 +48,12 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	if err != nil {
 		return err
 	}
+	size := 0
+	for _, j := range jobs {
+		size += EntryBytes(j.d.Fields)
+	}
 	err = r.process(ctx, wctx, jobs)
-	r.adapt(len(msgs), time.Since(start))
+	r.adapt(len(msgs), size, time.Since(start))
 	return err
 }
 
@@ -80,7 +84,8 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 			return nil, err
 		}
 	}
-	jobs := make([]*job, 0, len(msgs)+len(deleted))
+	all := make([]job, len(msgs)+len(deleted)) // one allocation for the batch
+	jobs := make([]*job, 0, len(all))
 	for i, m := range append(msgs, deletedMessages(deleted)...) {
 		sid, err := parseSID(r.c.log.key, m.ID)
 		if err != nil {
@@ -95,7 +100,8 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		case !ok: // no longer pending for us
 			continue
 		}
-		j := &job{d: Delivery{StreamID: sid, Attempts: n, Group: r.c.group, Consumer: r.c.name}}
+		j := &all[len(jobs)]
+		j.d = Delivery{StreamID: sid, Attempts: n, Group: r.c.group, Consumer: r.c.name}
 		if m.Values == nil {
 			j.fate = fatePending // marked for recovery in prepare
 		} else {
@@ -120,7 +126,15 @@ func (r *run) decode(m redis.XMessage) (brand.ID, Fields, string, error) {
 	if errors.As(err, &me) {
 		return e.ID, e.Fields, me.RawID, err
 	}
-	return e.ID, e.Fields, e.ID.String(), err
+	return e.ID, e.Fields, "", err
+}
+
+// entryID is the entry's "id" field as stored, for dead letters and logs.
+func (j *job) entryID() string {
+	if j.rawID == "" && j.d.ID != (brand.ID{}) {
+		return j.d.ID.String()
+	}
+	return j.rawID
 }
 
 // prepare recovers trimmed payloads and decides the fate of what cannot run:
@@ -343,7 +357,7 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 		return fmt.Errorf("dead-letter %s: %w", j.d.StreamID, err)
 	}
 	rec := Fields{
-		"entry_id":        j.rawID,
+		"entry_id":        j.entryID(),
 		"entry_stream_id": j.d.StreamID.String(),
 		"group":           r.c.group,
 		"consumer":        r.c.name,
@@ -356,7 +370,7 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	if _, err := r.c.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
 		return fmt.Errorf("dead-letter %s to %s: %w", j.d.StreamID, r.c.dead.key, err)
 	}
-	r.c.Logger.Info("dead-lettered", "entry", j.rawID, "stream_id", j.d.StreamID.String(), "reason", j.reason)
+	r.c.Logger.Info("dead-lettered", "entry", j.entryID(), "stream_id", j.d.StreamID.String(), "reason", j.reason)
 	return nil
 }
 

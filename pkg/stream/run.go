@@ -46,10 +46,12 @@ type run struct {
 	batch int64
 }
 
-// Bounds of an adaptive read size (Consumer.Count 0).
+// Bounds of an adaptive read size (Consumer.Count 0): entries per read, and
+// the payload bytes of a batch past which reads stop growing.
 const (
 	autoCountMin = 100
 	autoCountMax = 1000
+	autoBytesMax = 4 << 20
 )
 
 func newRun(c *Consumer, h Handler) *run {
@@ -125,20 +127,21 @@ func (r *run) waitLease(ctx context.Context) error {
 // leasePoll is how often a waiting run asks for the catch-up lease.
 const leasePoll = 100 * time.Millisecond
 
-// adapt sizes the next read after a batch of n entries took took to
-// handle. From its read until its acks a batch is pending on this consumer,
-// and peers reclaim what stays idle MinIdle; so an adaptive read grows
-// (doubling, up to autoCountMax) only while a full batch takes under
-// MinIdle/100, and shrinks (halving, down to autoCountMin) once one takes
-// over MinIdle/10. A fixed Count stays as it is.
-func (r *run) adapt(n int, took time.Duration) {
+// adapt sizes the next read after a batch of n entries and size payload
+// bytes took took to handle. From its read until its acks a batch is
+// pending on this consumer, and peers reclaim what stays idle MinIdle; so an
+// adaptive read grows (doubling, up to autoCountMax) only while a full batch
+// takes under MinIdle/100 and holds under half of autoBytesMax, and shrinks
+// (halving, down to autoCountMin) once one takes over MinIdle/10 or holds
+// more than autoBytesMax. A fixed Count stays as it is.
+func (r *run) adapt(n, size int, took time.Duration) {
 	if r.c.Count > 0 {
 		return
 	}
 	switch {
-	case int64(n) >= r.batch && took < r.c.MinIdle/100:
+	case int64(n) >= r.batch && took < r.c.MinIdle/100 && size < autoBytesMax/2:
 		r.batch = min(2*r.batch, autoCountMax)
-	case took > r.c.MinIdle/10:
+	case took > r.c.MinIdle/10 || size > autoBytesMax:
 		r.batch = max(r.batch/2, autoCountMin)
 	}
 }
@@ -270,14 +273,11 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
 		}
 		if len(msgs) > 0 {
-			_, history := r.c.Payloads.(History) // its reads go through a script
-			r.carry = r.c.DedupeTTL == 0 && !history
-			err := r.handle(ctx, msgs, nil, fromNew)
-			r.carry = false
+			n, err := r.handleNew(ctx, msgs)
 			if err != nil {
-				return len(msgs), err
+				return n, err
 			}
-			return len(msgs), r.catchUp(ctx)
+			return n, r.catchUp(ctx)
 		}
 		if block < 0 {
 			sleep(ctx, wait)
@@ -287,6 +287,40 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return 0, nil
 		}
 	}
+}
+
+// handleNew handles a batch of new entries, and, while it is handled, reads
+// the next one ahead (prefetch) when acks are carried (no dedupe markers, no
+// history): the batches that follow are handled the same way until a read
+// comes back empty, a beat is due or the run stops. Entries read ahead but
+// not handled (the run stopped, or failed) stay pending for this consumer,
+// counted as abandoned; its next run drains them first.
+func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage) (int, error) {
+	_, history := r.c.Payloads.(History) // its reads go through a script
+	r.carry = r.c.DedupeTTL == 0 && !history
+	defer func() { r.carry = false }()
+	total := 0
+	for len(msgs) > 0 {
+		var next <-chan prefetched
+		if r.carry {
+			next = r.prefetch(ctx, len(msgs))
+		}
+		err := r.handle(ctx, msgs, nil, fromNew)
+		total += len(msgs)
+		msgs = nil
+		if next != nil {
+			p := <-next
+			if err == nil {
+				err = p.err
+			}
+			msgs = p.msgs
+		}
+		if err != nil || (len(msgs) > 0 && r.stopped(ctx)) {
+			r.sum.Abandoned += int64(len(msgs))
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // redisTick is how late Redis may time out a blocked read: it checks
@@ -318,28 +352,75 @@ func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMess
 			return msgs, err
 		}
 	}
-	args := &redis.XReadGroupArgs{Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: r.count(), Block: block}
+	msgs, ackErr, err := r.xreadgroup(ctx, block, r.count(), r.acks)
+	if err := r.acked(ackErr); err != nil {
+		return nil, err
+	}
+	return msgs, err
+}
+
+// xreadgroup reads up to count new entries, with acks (when any) sent first
+// in the same round trip. It touches no state of the run, so a prefetch can
+// run it while a batch is handled.
+func (r *run) xreadgroup(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error) {
+	args := &redis.XReadGroupArgs{Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: count, Block: block}
 	var read *redis.XStreamSliceCmd
-	if len(r.acks) > 0 { // the previous batch's acks go first, in the same round trip
+	if len(acks) > 0 {
 		var ack *redis.IntCmd
 		r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			ack, read = p.XAck(ctx, r.c.log.key, r.c.group, r.acks...), p.XReadGroup(ctx, args)
+			ack, read = p.XAck(ctx, r.c.log.key, r.c.group, acks...), p.XReadGroup(ctx, args)
 			return nil
 		})
-		if err := r.acked(ack.Err()); err != nil {
-			return nil, err
+		if ackErr = ack.Err(); ackErr != nil {
+			return nil, ackErr, nil
 		}
 	} else {
 		read = r.c.log.rdb.XReadGroup(ctx, args)
 	}
 	res, err := read.Result()
 	if err != nil && !isNil(err) {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(res) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return res[0].Messages, nil
+	return res[0].Messages, nil, nil
+}
+
+// prefetched is the outcome of a read issued while a batch was handled.
+type prefetched struct {
+	msgs []redis.XMessage
+	err  error
+}
+
+// prefetch reads the batch after one of inFlight entries, without blocking,
+// while that one is handled: the client's work on a batch and the server's
+// on the next overlap instead of waiting on each other. It takes the carried
+// acks along. It returns nil when no read may go ahead: a beat is due, the
+// run is stopping, or the budget holds no more entries.
+func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
+	count := r.batch
+	if r.c.MaxEntries > 0 {
+		count = min(count, r.c.MaxEntries-r.sum.Handled()-r.sum.Abandoned-int64(inFlight))
+	}
+	if count < 1 || r.stopped(ctx) || time.Since(r.lastBeat) >= r.c.ClaimEvery {
+		return nil
+	}
+	acks := r.acks
+	r.acks = nil // the prefetch owns them now
+	out := make(chan prefetched, 1)
+	go func() {
+		// Not cancelled with the run: the acks it carries must get through
+		// (bounded by WriteTimeout), and a read that does not block is quick.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+		defer cancel()
+		msgs, ackErr, err := r.xreadgroup(wctx, -1, count, acks)
+		if ackErr != nil {
+			err = fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, ackErr)
+		}
+		out <- prefetched{msgs, err}
+	}()
+	return out
 }
 
 // attempts returns the server's delivery counts of ids pending for this consumer.
