@@ -32,14 +32,33 @@ func (osFS) Rename(from, to string) error                     { return os.Rename
 // directory, fsynced, closed, renamed into place, then the directory
 // fsynced. On error the temp file is removed and path is left as it was.
 func (v *Volume) writeFile(path string, b []byte) error {
-	fsys := v.fs
-	if fsys == nil {
-		fsys = osFS{}
+	s := v.stageFile(path, b)
+	if s.err != nil {
+		return s.err
 	}
-	f, err := fsys.CreateTemp(filepath.Join(v.dir, "tmp"), "w-*")
+	return s.place()
+}
+
+// staged is a file written and fsynced in the tmp directory, not yet in place.
+type staged struct {
+	path, tmp string
+	fs        fileSystem
+	err       error
+}
+
+// stageFile is the first half of writeFile: the temp file, written, fsynced
+// and closed. On error it is already removed.
+func (v *Volume) stageFile(path string, b []byte) staged {
+	s := staged{path: path, fs: v.fs}
+	if s.fs == nil {
+		s.fs = osFS{}
+	}
+	f, err := s.fs.CreateTemp(filepath.Join(v.dir, "tmp"), "w-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		s.err = fmt.Errorf("write %s: %w", path, err)
+		return s
 	}
+	s.tmp = f.Name()
 	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
@@ -47,14 +66,27 @@ func (v *Volume) writeFile(path string, b []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = fsys.Rename(f.Name(), path)
-	}
 	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
+		os.Remove(s.tmp)
+		s.err = fmt.Errorf("write %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return s
+}
+
+// place renames a staged file into place and fsyncs its directory.
+func (s staged) place() error {
+	if err := s.fs.Rename(s.tmp, s.path); err != nil {
+		os.Remove(s.tmp)
+		return fmt.Errorf("write %s: %w", s.path, err)
+	}
+	return syncDir(filepath.Dir(s.path))
+}
+
+// drop removes a staged file that is not to be placed.
+func (s staged) drop() {
+	if s.err == nil {
+		os.Remove(s.tmp)
+	}
 }
 
 func syncDir(dir string) error {

@@ -349,14 +349,24 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	if err != nil {
 		return nil, err
 	}
-	if err := v.store.Create(ctx, v.commitKey(lsn), obj); err != nil {
+	// The local copy is written and fsynced while the commit object is
+	// created; it is renamed into place only once the remote has it.
+	local := make(chan staged, 1)
+	go func() { local <- v.stageFile(v.localCommit(lsn), obj) }()
+	err = v.store.Create(ctx, v.commitKey(lsn), obj)
+	s := <-local
+	if err != nil {
+		s.drop()
 		if errors.Is(err, fence.ErrExists) {
 			return nil, v.lost(ctx, lsn)
 		}
 		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, err)
 	}
 	v.failpoint("commit-put")
-	if err := v.writeFile(v.localCommit(lsn), obj); err != nil {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if err := s.place(); err != nil {
 		return nil, err
 	}
 	v.push(c)
