@@ -114,7 +114,7 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		r.sum.Drained += int64(len(jobs))
 	case fromClaim:
 		r.sum.Claimed += int64(len(jobs))
-	case fromNew:
+	case fromNew, fromStaleNew:
 		r.sum.New += int64(len(jobs))
 	}
 	return jobs, nil

@@ -17,6 +17,9 @@ const (
 	fromPEL source = iota
 	fromClaim
 	fromNew
+	// fromStaleNew: new entries read ahead that waited long enough for a
+	// peer to have reclaimed them (a stalled run): checked like a claim.
+	fromStaleNew
 )
 
 // blockStep bounds one blocking read, so a cancelled run never waits longer
@@ -299,21 +302,29 @@ func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage) (int, error)
 	_, history := r.c.Payloads.(History) // its reads go through a script
 	r.carry = r.c.DedupeTTL == 0 && !history
 	defer func() { r.carry = false }()
-	total := 0
+	total, src := 0, fromNew
 	for len(msgs) > 0 {
 		var next <-chan prefetched
 		if r.carry {
 			next = r.prefetch(ctx, len(msgs))
 		}
-		err := r.handle(ctx, msgs, nil, fromNew)
+		err := r.handle(ctx, msgs, nil, src)
 		total += len(msgs)
-		msgs = nil
+		msgs, src = nil, fromNew
 		if next != nil {
 			p := <-next
 			if err == nil {
 				err = p.err
 			}
 			msgs = p.msgs
+			// Read before the batch above was handled: if that took long
+			// enough for the entries to turn reclaimable (by our MinIdle, or
+			// a peer's shorter one), a peer may own them now; only those
+			// still pending for us are handled. One XPENDING after a batch
+			// that took a second or more costs next to nothing.
+			if time.Since(p.at) >= min(r.c.MinIdle/2, time.Second) {
+				src = fromStaleNew
+			}
 		}
 		if err != nil || (len(msgs) > 0 && r.stopped(ctx)) {
 			r.sum.Abandoned += int64(len(msgs))
@@ -390,6 +401,7 @@ func (r *run) xreadgroup(ctx context.Context, block time.Duration, count int64, 
 // prefetched is the outcome of a read issued while a batch was handled.
 type prefetched struct {
 	msgs []redis.XMessage
+	at   time.Time // when the read was issued
 	err  error
 }
 
@@ -409,6 +421,7 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 	acks := r.acks
 	r.acks = nil // the prefetch owns them now
 	out := make(chan prefetched, 1)
+	at := time.Now()
 	go func() {
 		// Not cancelled with the run: the acks it carries must get through
 		// (bounded by WriteTimeout), and a read that does not block is quick.
@@ -418,7 +431,7 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 		if ackErr != nil {
 			err = fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, ackErr)
 		}
-		out <- prefetched{msgs, err}
+		out <- prefetched{msgs, at, err}
 	}()
 	return out
 }
