@@ -37,7 +37,9 @@ func ParseURL(raw string) (dir string, s3cfg *S3Config, err error) {
 		cfg, err := parseS3(u)
 		return "", cfg, err
 	case "":
-		return "", nil, fmt.Errorf("%w: %q has no scheme: want file:///dir or s3://bucket/prefix", ErrBadURL, u.Redacted())
+		// Not echoed: without a scheme, nothing says which part would be a
+		// password (a mistyped "user:pw@host" parses as a path).
+		return "", nil, fmt.Errorf("%w: the store URL has no scheme: want file:///dir or s3://bucket/prefix", ErrBadURL)
 	}
 	return "", nil, fmt.Errorf("%w: unknown scheme %q: want file or s3", ErrBadURL, u.Scheme)
 }
