@@ -125,10 +125,16 @@ func ParsePrefix(c *cli.Context) (Target, error) {
 }
 
 // Redact returns a Redis or S3 URL with its password replaced, safe to print.
+// A URL with an '@' the parser did not take as the end of its userinfo (no
+// scheme, or a '#', '?' or '/' in the password) is not shown at all: nothing
+// says which part of it is the password.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	if u.User == nil && strings.Contains(raw, "@") {
+		return "(URL not shown: it has an '@' outside its userinfo)"
 	}
 	return u.Redacted()
 }
