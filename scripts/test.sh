@@ -37,9 +37,13 @@ step "unit tests (-race)"
 go test -race -count=1 $(go list ./... | grep -v /e2e)
 
 step "fuzz targets (short)"
+# A count, not a duration: with -fuzztime 5s, Go 1.26's fuzz coordinator can
+# report its own deadline as a failure ("context deadline exceeded", no
+# crasher written; golang/go#75804, fixed in Go 1.27). A clean-clone CI run
+# of FuzzParseLine failed so.
 for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg cmd internal | sed 's/^func //' | sort -u); do
 	pkg=$(dirname "$(grep -rlE "^func $target\(" --include='*_test.go' pkg cmd internal | head -1)")
-	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5s}" "./$pkg"
+	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5000x}" "./$pkg"
 done
 
 step "end-to-end tests (-race): the fast reliability tier"
