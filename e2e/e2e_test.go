@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 		panic("build binaries: " + err.Error())
 	}
 	binDir = dir
+	// Runs that name no data dir or archive cache use the defaults,
+	// ./silt-data and ./silt-cache: keep them out of the source tree.
+	os.Setenv("EMQ_DATA_DIR", filepath.Join(dir, "silt-data"))
+	os.Setenv("EMQ_ARCHIVE_CACHE", filepath.Join(dir, "silt-cache"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	if leaks := transcript.leaks(); len(leaks) > 0 {
