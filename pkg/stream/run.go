@@ -117,12 +117,8 @@ func (r *run) loop(ctx context.Context) error {
 // waitLease retries the catch-up after a short pause, while another
 // consumer holds the lease.
 func (r *run) waitLease(ctx context.Context) error {
-	t := time.NewTimer(leasePoll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if sleep(ctx, leasePoll); ctx.Err() != nil {
 		return nil
-	case <-t.C:
 	}
 	return r.catchUp(ctx)
 }
