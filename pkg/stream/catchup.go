@@ -198,8 +198,8 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 			if err != nil && !errors.Is(err, ErrMalformed) {
 				return false, fmt.Errorf("catch up from the archive: %w", err)
 			}
-			j := &job{d: Delivery{ID: e.ID, StreamID: e.StreamID, Fields: e.Fields, Attempts: g.attempts + 1,
-				Group: r.c.group, Consumer: r.c.name, Recovered: true}, rawID: e.ID.String(), err: err}
+			j := &job{d: Delivery{ID: e.ID, StreamID: e.StreamID, Fields: e.Fields, Deliveries: g.attempts + 1,
+				Group: r.c.group, Consumer: r.c.name, Recovered: true}, sid: e.StreamID.String(), rawID: e.ID.String(), err: err}
 			if jobs = append(jobs, j); int64(len(jobs)) >= r.count() {
 				break
 			}
@@ -209,9 +209,10 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 		return true, r.c.log.rdb.LRem(ctx, key, 1, head).Err()
 	}
 	r.sum.CatchUp += int64(len(jobs))
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
-	defer cancel()
-	if err := r.process(ctx, wctx, jobs); err != nil {
+	if err := r.priorStarts(ctx, jobs); err != nil {
+		return false, err
+	}
+	if err := r.process(ctx, jobs, time.Now()); err != nil {
 		return false, err
 	}
 	next := g
@@ -222,6 +223,8 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 		}
 		next.last, next.attempts = j.d.StreamID, 0
 	}
+	wctx, cancel := r.writeCtx(ctx)
+	defer cancel()
 	if err := r.c.log.rdb.LSet(wctx, key, 0, next.String()).Err(); err != nil {
 		return false, fmt.Errorf("catch-up checkpoint %s: %w", key, err)
 	}

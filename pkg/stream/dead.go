@@ -19,7 +19,8 @@ type DeadLetter struct {
 	EntryStreamID brand.StreamID // the entry's id in the source stream
 	Group         string
 	Consumer      string
-	Attempts      int64
+	Attempts      int64 // handler starts (deliveries before silt counted starts)
+	Deliveries    int64 // times Redis handed the entry out; 0 in records written before it was kept
 	Reason        string
 	Time          time.Time
 	Payload       Fields
@@ -55,6 +56,11 @@ func decodeDeadLetter(e Entry) (DeadLetter, error) {
 	}
 	if dl.Attempts, err = strconv.ParseInt(f["attempts"], 10, 64); err != nil {
 		errs = append(errs, fmt.Errorf("attempts %q: not a number", f["attempts"]))
+	}
+	if d, ok := f["deliveries"]; ok {
+		if dl.Deliveries, err = strconv.ParseInt(d, 10, 64); err != nil {
+			errs = append(errs, fmt.Errorf("deliveries %q: not a number", d))
+		}
 	}
 	if dl.Time, err = time.Parse(time.RFC3339Nano, f["time"]); err != nil {
 		errs = append(errs, fmt.Errorf("time %q: not RFC 3339", f["time"]))

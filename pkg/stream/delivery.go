@@ -11,14 +11,20 @@ import (
 
 // Delivery is one entry handed to a Handler.
 type Delivery struct {
-	ID        brand.ID       // the branded id; handlers dedupe by it
-	StreamID  brand.StreamID // the entry's id in the stream
-	Fields    Fields         // the payload, without "id"
-	Attempts  int64          // deliveries so far, this one included, as counted by the server
-	Group     string
-	Consumer  string
-	Recovered bool   // the payload was trimmed from the stream and came from a PayloadSource
-	Replay    string // the replay's name when this is a deliberate reprocessing (worker replay)
+	ID       brand.ID       // the branded id; handlers dedupe by it
+	StreamID brand.StreamID // the entry's id in the stream
+	Fields   Fields         // the payload, without "id"
+	// Attempts counts the handler starts for this entry by its group, this
+	// one included (Consumer.MaxAttempts is judged on it). It survives
+	// worker crashes, reclaims and recovery from the archive.
+	Attempts int64
+	// Deliveries counts the times Redis handed the entry out (XPENDING):
+	// reads ahead and crashed runs count here, not in Attempts.
+	Deliveries int64
+	Group      string
+	Consumer   string
+	Recovered  bool   // the payload was trimmed from the stream and came from a PayloadSource
+	Replay     string // the replay's name when this is a deliberate reprocessing (worker replay)
 }
 
 // Handler handles one delivery. nil acks the entry; an error or a panic

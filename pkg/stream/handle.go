@@ -29,22 +29,26 @@ const (
 // job is one delivery of a batch and what became of it.
 type job struct {
 	d      Delivery
+	sid    string // d.StreamID as the server wrote it
 	rawID  string // the entry's "id" field as stored when it is malformed (else entryID formats d.ID)
 	fate   fate
 	err    error
 	reason string // why it is dead-lettered
 
+	prior    int64       // handler starts recorded before this delivery (Keyspace.Attempts)
+	inPEL    bool        // the entry is pending for this consumer (not read from the archive)
+	recorded bool        // this start is recorded (starts)
+	started  atomic.Bool // the handler was called
 	finished atomic.Bool // the handler returned; err is set
 }
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
-// Writes use a context that outlives cancellation (bounded by WriteTimeout),
-// so work that finished is acked even during shutdown.
-func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) error {
+// readAt is when the batch was read (its entries' idle time starts there).
+func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []string, src source, readAt time.Time) error {
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
-	defer cancel()
+	wctx, cancel := r.writeCtx(ctx)
 	jobs, err := r.jobs(wctx, msgs, deleted, src)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -52,30 +56,54 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	for _, j := range jobs {
 		size += EntryBytes(j.d.Fields)
 	}
-	err = r.process(ctx, wctx, jobs)
+	err = r.process(ctx, jobs, readAt)
 	r.adapt(len(msgs), size, time.Since(start))
 	return err
 }
 
+// writeCtx returns the context of one round of Redis writes: it outlives
+// the run's cancellation, so work that finished is acked even during
+// shutdown, and its WriteTimeout starts now. A context made before the
+// handlers ran would be spent by slow handlers before the ack is sent.
+func (r *run) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+}
+
 // process takes built jobs through prepare, dedupe, handlers and settle.
-func (r *run) process(ctx, wctx context.Context, jobs []*job) error {
+// The writes before the handlers and those after them each get their own
+// bounded context.
+func (r *run) process(ctx context.Context, jobs []*job, readAt time.Time) error {
+	if err := r.before(ctx, jobs); err != nil {
+		return err
+	}
+	xerr := r.execute(ctx, jobs, readAt)
+	r.c.failpoint("after-handle")
+	wctx, cancel := r.writeCtx(ctx)
+	defer cancel()
+	err := r.settle(wctx, jobs)
+	r.c.failpoint("after-ack")
+	if xerr != nil {
+		return xerr
+	}
+	return err
+}
+
+// before runs what precedes the handlers: payload recovery, the fates of
+// what cannot run, and the dedupe check.
+func (r *run) before(ctx context.Context, jobs []*job) error {
+	wctx, cancel := r.writeCtx(ctx)
+	defer cancel()
 	if negativeAck {
 		r.ackEarly(wctx, jobs)
 	}
 	r.c.failpoint("after-read")
 	r.prepare(wctx, jobs)
-	if err := r.dedupe(wctx, jobs); err != nil {
-		return err
-	}
-	r.execute(ctx, jobs)
-	r.c.failpoint("after-handle")
-	err := r.settle(wctx, jobs)
-	r.c.failpoint("after-ack")
-	return err
+	return r.dedupe(wctx, jobs)
 }
 
-// jobs builds the batch's deliveries with their server-side delivery counts.
-// Entries no longer pending for us (a peer reclaimed or acked them since) are dropped.
+// jobs builds the batch's deliveries with their server-side delivery counts
+// and the handler starts recorded for them. Entries no longer pending for us
+// (a peer reclaimed or acked them since) are dropped.
 func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) ([]*job, error) {
 	counts := map[string]int64{}
 	if src != fromNew {
@@ -101,13 +129,20 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 			continue
 		}
 		j := &all[len(jobs)]
-		j.d = Delivery{StreamID: sid, Attempts: n, Group: r.c.group, Consumer: r.c.name}
+		j.sid = m.ID
+		j.d = Delivery{StreamID: sid, Deliveries: n, Group: r.c.group, Consumer: r.c.name}
+		j.inPEL = i < len(msgs)
 		if m.Values == nil {
 			j.fate = fatePending // marked for recovery in prepare
 		} else {
 			j.d.ID, j.d.Fields, j.rawID, j.err = r.decode(m)
 		}
 		jobs = append(jobs, j)
+	}
+	if src != fromNew {
+		if err := r.priorStarts(ctx, jobs); err != nil {
+			return nil, err
+		}
 	}
 	switch src {
 	case fromPEL:
@@ -156,9 +191,11 @@ func (r *run) prepare(ctx context.Context, jobs []*job) {
 				EntryBytes(j.d.Fields), len(j.d.Fields), r.c.MaxEntryBytes)
 			j.d.Fields = nil
 			r.sum.Oversized++
-		case j.d.Attempts > r.c.MaxAttempts:
-			j.fate = fateDead
-			j.reason = fmt.Sprintf("delivered %d times, more than max-attempts %d", j.d.Attempts, r.c.MaxAttempts)
+		case j.prior >= r.c.MaxAttempts:
+			// Started that often and never settled: it failed, or it took
+			// its worker down each time.
+			j.fate, j.d.Attempts = fateDead, j.prior
+			j.reason = fmt.Sprintf("handler started %d times without success (max attempts %d)", j.prior, r.c.MaxAttempts)
 		}
 	}
 }
@@ -220,11 +257,14 @@ func (r *run) doneKey(j *job) string {
 	return r.c.log.ks.Done(r.c.log.name, r.c.group, j.d.ID.String())
 }
 
-// execute runs the handlers, at most Concurrency at a time, in batch order.
-// Once ctx is cancelled no handler starts; running ones get Grace, then their
-// context is cancelled and the run stops waiting: unfinished jobs are
-// abandoned (left pending).
-func (r *run) execute(ctx context.Context, jobs []*job) {
+// execute runs the handlers, at most Concurrency at a time, in batch order,
+// each start recorded before the handler runs (starts) and the batch's
+// entries kept from looking idle meanwhile (keepOwnership). Once ctx is
+// cancelled no handler starts; running ones get Grace, then their context is
+// cancelled and the run stops waiting: unfinished jobs are abandoned (left
+// pending). An error means a start could not be recorded: no handler started
+// after it.
+func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error {
 	var runnable []*job
 	for _, j := range jobs {
 		if j.fate == fateRun {
@@ -232,8 +272,9 @@ func (r *run) execute(ctx context.Context, jobs []*job) {
 		}
 	}
 	if len(runnable) == 0 {
-		return
+		return nil
 	}
+	defer r.keepOwnership(ctx, jobs, readAt)()
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	graceOver := make(chan struct{})
@@ -242,6 +283,7 @@ func (r *run) execute(ctx context.Context, jobs []*job) {
 	})
 	defer stop()
 
+	st := r.newStarts(runnable)
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -250,10 +292,10 @@ func (r *run) execute(ctx context.Context, jobs []*job) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(runnable)) && ctx.Err() == nil; i = next.Add(1) - 1 {
-				j := runnable[i]
-				j.err = call(hctx, r.h, j.d)
-				r.c.failpoint("mid-batch")
-				j.finished.Store(true)
+				if st.record(ctx, int(i)) != nil {
+					return
+				}
+				r.runOne(ctx, hctx, runnable[i])
 			}
 		}()
 	}
@@ -263,6 +305,7 @@ func (r *run) execute(ctx context.Context, jobs []*job) {
 	case <-allDone:
 	case <-graceOver:
 	}
+	st.undo(ctx)
 	for _, j := range runnable {
 		if j.finished.Load() {
 			r.judge(j)
@@ -270,6 +313,25 @@ func (r *run) execute(ctx context.Context, jobs []*job) {
 			j.fate = fateAbandoned
 		}
 	}
+	return st.err
+}
+
+// runOne calls the handler for a job whose start is recorded. With
+// DedupeTTL, a success writes the job's marker at once, before and apart
+// from the ack: a worker killed between the two leaves the marker, and the
+// redelivery is skipped.
+func (r *run) runOne(ctx, hctx context.Context, j *job) {
+	j.started.Store(true)
+	j.err = call(hctx, r.h, j.d)
+	if j.err == nil && r.c.DedupeTTL > 0 {
+		wctx, cancel := r.writeCtx(ctx)
+		if err := r.c.log.rdb.Set(wctx, r.doneKey(j), "1", r.c.DedupeTTL).Err(); err != nil {
+			r.c.Logger.Warn("could not write dedupe marker", "id", j.d.ID.String(), "error", err.Error())
+		}
+		cancel()
+	}
+	r.c.failpoint("mid-batch")
+	j.finished.Store(true)
 }
 
 // call runs the handler, turning a panic into a *PanicError.
@@ -302,18 +364,14 @@ func (r *run) judge(j *job) {
 	}
 }
 
-// settle acks the handled entries in one round trip (dedupe markers first),
-// dead-letters the poison ones, and counts every fate.
+// settle acks the handled entries in one round trip (their start records
+// removed with them), dead-letters the poison ones, and counts every fate.
 func (r *run) settle(ctx context.Context, jobs []*job) error {
 	var acks []string
-	pipe := r.c.log.rdb.Pipeline()
 	for _, j := range jobs {
 		switch j.fate {
 		case fateAck:
-			acks = append(acks, j.d.StreamID.String())
-			if r.c.DedupeTTL > 0 {
-				pipe.Set(ctx, r.doneKey(j), "1", r.c.DedupeTTL)
-			}
+			acks = append(acks, j.sid)
 		case fatePending:
 			r.sum.Failed++
 			r.c.Logger.Debug("left pending", "id", j.d.StreamID.String(), "attempts", j.d.Attempts, "error", fmt.Sprint(j.err))
@@ -325,13 +383,10 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 		r.acks = append(r.acks, acks...)
 		r.sum.Acked += int64(len(acks))
 	} else if len(acks) > 0 {
-		var err error
-		if r.c.DedupeTTL > 0 { // markers first, then the ack, in one round trip
-			pipe.XAck(ctx, r.c.log.key, r.c.group, acks...)
-			_, err = pipe.Exec(ctx)
-		} else {
-			err = r.c.log.rdb.XAck(ctx, r.c.log.key, r.c.group, acks...).Err()
-		}
+		_, err := r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			r.queueAcks(ctx, p, acks)
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, err)
 		}
@@ -349,6 +404,13 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 	return nil
 }
 
+// queueAcks queues the ack of ids and the removal of their start records.
+func (r *run) queueAcks(ctx context.Context, p redis.Pipeliner, ids []string) *redis.IntCmd {
+	ack := p.XAck(ctx, r.c.log.key, r.c.group, ids...)
+	p.HDel(ctx, r.c.log.ks.Attempts(r.c.log.name, r.c.group), ids...)
+	return ack
+}
+
 // deadLetter writes the entry to the group's dead-letter stream and acks it
 // in one MULTI, so a crash cannot do one without the other.
 func (r *run) deadLetter(ctx context.Context, j *job) error {
@@ -358,15 +420,16 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	}
 	rec := Fields{
 		"entry_id":        j.entryID(),
-		"entry_stream_id": j.d.StreamID.String(),
+		"entry_stream_id": j.sid,
 		"group":           r.c.group,
 		"consumer":        r.c.name,
 		"attempts":        strconv.FormatInt(j.d.Attempts, 10),
+		"deliveries":      strconv.FormatInt(j.d.Deliveries, 10),
 		"reason":          j.reason,
 		"time":            time.Now().UTC().Format(time.RFC3339Nano),
 		"payload":         string(payload),
 	}
-	ack := func(pipe redis.Pipeliner) { pipe.XAck(ctx, r.c.log.key, r.c.group, j.d.StreamID.String()) }
+	ack := func(pipe redis.Pipeliner) { r.queueAcks(ctx, pipe, []string{j.sid}) }
 	if _, err := r.c.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
 		return fmt.Errorf("dead-letter %s to %s: %w", j.d.StreamID, r.c.dead.key, err)
 	}
@@ -389,9 +452,14 @@ func (r *run) flushAcks(ctx context.Context) error {
 	if len(r.acks) == 0 {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
+	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	return r.acked(r.c.log.rdb.XAck(wctx, r.c.log.key, r.c.group, r.acks...).Err())
+	var ack *redis.IntCmd
+	r.c.log.rdb.Pipelined(wctx, func(p redis.Pipeliner) error {
+		ack = r.queueAcks(wctx, p, r.acks)
+		return nil
+	})
+	return r.acked(ack.Err())
 }
 
 // ackEarly acks every job before it runs: the negative control's broken
@@ -399,7 +467,7 @@ func (r *run) flushAcks(ctx context.Context) error {
 func (r *run) ackEarly(ctx context.Context, jobs []*job) {
 	ids := make([]string, 0, len(jobs))
 	for _, j := range jobs {
-		ids = append(ids, j.d.StreamID.String())
+		ids = append(ids, j.sid)
 	}
 	if len(ids) > 0 {
 		r.c.log.rdb.XAck(ctx, r.c.log.key, r.c.group, ids...)

@@ -23,6 +23,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
 //	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
 //	<prefix>:{<queue>}:lease:<stream>:<group>        which consumer is catching up (string, with a TTL)
+//	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
 type Keyspace struct {
 	Prefix string
@@ -96,4 +97,11 @@ func (k Keyspace) Lease(stream, group string) string {
 // DeadLetter returns the key of a group's dead-letter stream.
 func (k Keyspace) DeadLetter(stream, group string) string {
 	return k.base() + "dead:" + stream + ":" + group
+}
+
+// Attempts returns the key of a group's handler-start counts: a hash from
+// stream id to how many times a handler was started for that entry, kept
+// until the entry is acked or dead-lettered.
+func (k Keyspace) Attempts(stream, group string) string {
+	return k.base() + "attempts:" + stream + ":" + group
 }

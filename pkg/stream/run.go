@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,10 @@ type run struct {
 	acks  []string
 	// batch is the size of the next read (Consumer.Count, or adapted).
 	batch int64
+	// window is how many first handler starts are recorded in one round
+	// trip (starts); renewed counts in-flight entries kept from peers.
+	window  int
+	renewed atomic.Int64
 }
 
 // Bounds of an adaptive read size (Consumer.Count 0): entries per read, and
@@ -58,7 +63,7 @@ const (
 )
 
 func newRun(c *Consumer, h Handler) *run {
-	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0", batch: c.Count}
+	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0", batch: c.Count, window: 1}
 	if r.batch <= 0 {
 		r.batch = autoCountMin
 	}
@@ -176,6 +181,7 @@ func (r *run) count() int64 {
 func (r *run) drain(ctx context.Context) error {
 	cursor := "0"
 	for !r.stopped(ctx) {
+		readAt := time.Now()
 		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, cursor}, Count: r.count(), Block: -1,
 		}).Result()
@@ -187,7 +193,7 @@ func (r *run) drain(ctx context.Context) error {
 		}
 		msgs := res[0].Messages
 		cursor = msgs[len(msgs)-1].ID
-		if err := r.handle(ctx, msgs, nil, fromPEL); err != nil {
+		if err := r.handle(ctx, msgs, nil, fromPEL, readAt); err != nil {
 			return err
 		}
 	}
@@ -219,6 +225,7 @@ func (r *run) beat(ctx context.Context) (int, error) {
 		var next string
 		var deleted []string
 		var err error
+		readAt := time.Now()
 		if history {
 			var n int
 			msgs, next, n, err = r.claimRecorded(ctx)
@@ -235,7 +242,7 @@ func (r *run) beat(ctx context.Context) (int, error) {
 		}
 		r.cursor = next
 		total += len(msgs) + len(deleted)
-		if err := r.handle(ctx, msgs, deleted, fromClaim); err != nil {
+		if err := r.handle(ctx, msgs, deleted, fromClaim, readAt); err != nil {
 			return total, err
 		}
 		if next == "0-0" {
@@ -264,6 +271,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 		if block < time.Millisecond {
 			block = -1 // no BLOCK: answer at once
 		}
+		readAt := time.Now()
 		msgs, err := r.readGroup(ctx, block)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -272,7 +280,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
 		}
 		if len(msgs) > 0 {
-			n, err := r.handleNew(ctx, msgs)
+			n, err := r.handleNew(ctx, msgs, readAt)
 			if err != nil {
 				return n, err
 			}
@@ -294,7 +302,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 // comes back empty, a beat is due or the run stops. Entries read ahead but
 // not handled (the run stopped, or failed) stay pending for this consumer,
 // counted as abandoned; its next run drains them first.
-func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage) (int, error) {
+func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage, readAt time.Time) (int, error) {
 	_, history := r.c.Payloads.(History) // its reads go through a script
 	r.carry = r.c.DedupeTTL == 0 && !history
 	defer func() { r.carry = false }()
@@ -304,7 +312,7 @@ func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage) (int, error)
 		if r.carry {
 			next = r.prefetch(ctx, len(msgs))
 		}
-		err := r.handle(ctx, msgs, nil, src)
+		err := r.handle(ctx, msgs, nil, src, readAt)
 		total += len(msgs)
 		msgs, src = nil, fromNew
 		if next != nil {
@@ -312,7 +320,7 @@ func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage) (int, error)
 			if err == nil {
 				err = p.err
 			}
-			msgs = p.msgs
+			msgs, readAt = p.msgs, p.at
 			// Read before the batch above was handled: if that took long
 			// enough for the entries to turn reclaimable (by our MinIdle, or
 			// a peer's shorter one), a peer may own them now; only those
@@ -375,7 +383,7 @@ func (r *run) xreadgroup(ctx context.Context, block time.Duration, count int64, 
 	if len(acks) > 0 {
 		var ack *redis.IntCmd
 		r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			ack, read = p.XAck(ctx, r.c.log.key, r.c.group, acks...), p.XReadGroup(ctx, args)
+			ack, read = r.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
 			return nil
 		})
 		if ackErr = ack.Err(); ackErr != nil {

@@ -1,0 +1,250 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Attempts are handler starts, not deliveries. Redis counts a delivery when
+// an entry is read, and a run reads (and reads ahead) up to 1,000 entries:
+// killed with 10 handlers started, it would burn an attempt on all 1,000.
+// So a run records each start in the group's attempts hash (Keyspace.Attempts)
+// before the handler runs, and removes the record with the ack or the dead
+// letter. MaxAttempts is judged on those records.
+//
+// A delivery whose entry has a record already (it failed, or a worker died
+// while it ran or was about to) is recorded alone, right before its handler
+// starts: a poison entry that kills the worker each time counts every start,
+// and nothing else does. Entries without a record are recorded in windows of
+// up to maxStartWindow deliveries, one round trip a window, while handlers
+// are quick (under fastStart an entry), and one at a time once they are
+// slow: a kill then burns an attempt only on the unstarted entries of the
+// current window, and each entry at most once in its life, since its second
+// delivery is recorded alone. A run that stops without being killed takes
+// back the records of entries it recorded and did not start.
+const (
+	maxStartWindow = 256
+	fastStart      = 100 * time.Microsecond
+	slowStart      = time.Millisecond
+)
+
+// starts records the handler starts of one batch (see above).
+type starts struct {
+	r    *run
+	jobs []*job // runnable, in the order they start
+	key  string
+
+	mu     sync.Mutex
+	next   int       // jobs[:next] are recorded
+	lastAt time.Time // when the last window was recorded
+	lastN  int       // and how many it held
+	err    error     // a failed record: no further handler starts
+}
+
+func (r *run) newStarts(jobs []*job) *starts {
+	return &starts{r: r, jobs: jobs, key: r.c.log.ks.Attempts(r.c.log.name, r.c.group)}
+}
+
+// record makes sure jobs[i]'s start is recorded before its handler runs,
+// and sets its Attempts. An error means the handler must not run.
+func (s *starts) record(ctx context.Context, i int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || i < s.next {
+		return s.err
+	}
+	s.adapt()
+	end := i + 1
+	if s.jobs[i].prior == 0 { // a first start: a window of first starts
+		for end < len(s.jobs) && end-i < s.r.window && s.jobs[end].prior == 0 {
+			end++
+		}
+	}
+	wctx, cancel := s.r.writeCtx(ctx)
+	defer cancel()
+	if s.err = s.write(wctx, s.jobs[i:end]); s.err != nil {
+		return s.err
+	}
+	s.next, s.lastAt, s.lastN = end, time.Now(), end-i
+	return nil
+}
+
+// adapt sizes the next window from how quickly the last one was started:
+// four times larger while quick, half as large once slow.
+func (s *starts) adapt() {
+	if s.lastN == 0 {
+		return
+	}
+	per := time.Since(s.lastAt) / time.Duration(s.lastN)
+	switch {
+	case per < fastStart:
+		s.r.window = min(4*s.r.window, maxStartWindow)
+	case per > slowStart:
+		s.r.window = max(s.r.window/2, 1)
+	}
+}
+
+// write records the starts of a window: first starts with one HSET, a
+// repeated start with HINCRBY (its count is the server's answer).
+func (s *starts) write(ctx context.Context, w []*job) error {
+	rdb := s.r.c.log.rdb
+	if len(w) == 1 && w[0].prior > 0 {
+		n, err := rdb.HIncrBy(ctx, s.key, w[0].sid, 1).Result()
+		if err != nil {
+			return fmt.Errorf("record handler start of %s in %s: %w", w[0].d.StreamID, s.key, err)
+		}
+		w[0].d.Attempts, w[0].recorded = n, true
+		return nil
+	}
+	args := make([]any, 0, 2*len(w))
+	for _, j := range w {
+		args = append(args, j.sid, "1")
+	}
+	if err := rdb.HSet(ctx, s.key, args...).Err(); err != nil {
+		return fmt.Errorf("record %d handler starts in %s: %w", len(w), s.key, err)
+	}
+	for _, j := range w {
+		j.d.Attempts, j.recorded = 1, true
+	}
+	return nil
+}
+
+// undo takes back the records of jobs that were recorded and never
+// started (the run stopped, or a record failed): their count goes back to
+// what it was. Best effort: a failure leaves one attempt too many.
+func (s *starts) undo(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pipe := s.r.c.log.rdb.Pipeline()
+	n := 0
+	for _, j := range s.jobs[:s.next] {
+		if !j.recorded || j.started.Load() {
+			continue
+		}
+		if j.prior == 0 {
+			pipe.HDel(ctx, s.key, j.sid)
+		} else {
+			pipe.HSet(ctx, s.key, j.sid, j.prior)
+		}
+		j.recorded, j.d.Attempts = false, j.prior
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	wctx, cancel := s.r.writeCtx(ctx)
+	defer cancel()
+	if _, err := pipe.Exec(wctx); err != nil {
+		s.r.c.Logger.Warn("could not take back unstarted attempts", "entries", n, "error", err.Error())
+	}
+}
+
+// priorStarts reads how many times each job's handler was started before
+// (0 for entries without a record). New entries were never delivered to
+// the group and have none.
+func (r *run) priorStarts(ctx context.Context, jobs []*job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	key := r.c.log.ks.Attempts(r.c.log.name, r.c.group)
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.sid
+	}
+	vals, err := r.c.log.rdb.HMGet(ctx, key, ids...).Result()
+	if err != nil {
+		return fmt.Errorf("read handler starts from %s: %w", key, err)
+	}
+	for i, v := range vals {
+		s, _ := v.(string)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: field %s holds %q, not a count of starts", key, ids[i], s)
+		}
+		jobs[i].prior = n
+	}
+	return nil
+}
+
+// renewScript keeps this consumer's in-flight entries from looking idle:
+// XCLAIM ... JUSTID to itself resets an entry's idle time and leaves its
+// delivery count alone. Only entries still pending for this consumer and
+// still in the stream are touched: XCLAIM would take a peer's entry, and on
+// Redis 7 it drops a deleted entry from the PEL without a word.
+//
+// KEYS: stream. ARGV: group, consumer, ids... Returns how many it renewed.
+var renewScript = redis.NewScript(`
+local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])
+  if #p > 0 and #redis.call('XRANGE', KEYS[1], id, id) > 0 then args[#args + 1] = id end
+end
+if #args == 5 then return 0 end
+local n = #args - 5
+args[#args + 1] = 'JUSTID'
+redis.call(unpack(args))
+return n
+`)
+
+// renewEvery is the period of in-flight renewals as a fraction of MinIdle:
+// a quarter leaves three chances before a peer may reclaim.
+const renewEvery = 4
+
+// keepOwnership renews the batch's entries while its handlers run, so that
+// peers reclaim only what a dead or stopped worker holds. It starts with a
+// renewal at once when the batch was read long enough ago; stop ends it.
+func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) (stop func()) {
+	if leasesOff || r.c.MinIdle <= 0 {
+		return func() {}
+	}
+	var ids []any
+	for _, j := range jobs {
+		if j.inPEL {
+			ids = append(ids, j.sid)
+		}
+	}
+	if len(ids) == 0 {
+		return func() {}
+	}
+	every := r.c.MinIdle / renewEvery
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(max(every-time.Since(readAt), 0))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			r.renew(ctx, ids)
+			t.Reset(every)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// renew runs renewScript over ids; a failure is logged, not fatal: the
+// worst it allows is a peer handling an entry this run also handles.
+func (r *run) renew(ctx context.Context, ids []any) {
+	wctx, cancel := context.WithTimeout(ctx, r.c.MinIdle/renewEvery)
+	defer cancel()
+	args := append([]any{r.c.group, r.c.name}, ids...)
+	n, err := renewScript.Run(wctx, r.c.log.rdb, []string{r.c.log.key}, args...).Int64()
+	if err != nil && ctx.Err() == nil {
+		r.c.Logger.Warn("could not renew in-flight entries", "entries", len(ids), "error", err.Error())
+		return
+	}
+	r.renewed.Add(n)
+}

@@ -1,0 +1,231 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+const attemptsKey = "emq:{cm}:attempts:events:billing"
+
+// A batch whose handlers take longer than WriteTimeout in total is still
+// acked: the ack's deadline starts when the ack is sent.
+func TestConsumer_SlowBatchIsAckedPastWriteTimeout(t *testing.T) {
+	f := newFixture(t, 8)
+	c := f.consumer(t, "w1")
+	c.WriteTimeout = 100 * time.Millisecond
+	c.DedupeTTL = time.Minute // markers and acks both written after the handlers
+	slow := func(context.Context, stream.Delivery) error { time.Sleep(40 * time.Millisecond); return nil }
+	sum := run(t, c, slow)
+	if sum.Acked != 8 || sum.ExitReason != stream.ExitIdle {
+		t.Fatalf("summary %+v", sum)
+	}
+	if p := f.pending(t); p != 0 {
+		t.Fatalf("%d pending after the batch was handled", p)
+	}
+}
+
+// A live worker whose handlers run longer than MinIdle keeps its entries:
+// a peer beating all the while claims none of them, and every entry is
+// handled once. (The negative-control build silt_negative_lease turns the
+// renewals off: this test must then fail.)
+func TestConsumer_LiveWorkerKeepsItsEntriesFromPeers(t *testing.T) {
+	f := newFixture(t, 12)
+	const minIdle = 300 * time.Millisecond
+	var mu sync.Mutex
+	calls := map[string]int{}
+	started := make(chan struct{})
+	var once sync.Once
+	h := func(_ context.Context, d stream.Delivery) error {
+		once.Do(func() { close(started) })
+		mu.Lock()
+		calls[d.StreamID.String()]++
+		mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // 12 × 150 ms: the batch takes 6 × MinIdle
+		return nil
+	}
+	slow := f.consumer(t, "slow")
+	slow.MinIdle, slow.Count = minIdle, 12
+	if err := slow.EnsureGroup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan stream.Summary)
+	go func() { done <- run(t, slow, h) }()
+	<-started // the slow worker holds all 12 now
+
+	var peerClaimed atomic.Int64
+	stopPeer := make(chan struct{})
+	peerDone := make(chan struct{})
+	go func() {
+		defer close(peerDone)
+		for {
+			select {
+			case <-stopPeer:
+				return
+			default:
+			}
+			p := f.consumer(t, "peer")
+			p.MinIdle, p.Block = minIdle, 50*time.Millisecond
+			sum, _ := p.Run(context.Background(), h)
+			peerClaimed.Add(sum.Claimed)
+		}
+	}()
+	sum := <-done
+	close(stopPeer)
+	<-peerDone
+	if n := peerClaimed.Load(); n != 0 {
+		t.Fatalf("work in progress stolen: a peer claimed %d entries from a live worker", n)
+	}
+	for id, n := range calls {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	if sum.Acked != 12 || len(calls) != 12 {
+		t.Fatalf("slow worker %+v, %d entries handled", sum, len(calls))
+	}
+}
+
+// A stopped worker's entries are still reclaimed: renewal happens only while
+// the worker runs.
+func TestConsumer_DeadWorkersEntriesAreStillReclaimed(t *testing.T) {
+	f := newFixture(t, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := f.consumer(t, "stuck")
+	c.MinIdle, c.Grace = 200*time.Millisecond, 50*time.Millisecond
+	stuck := func(hctx context.Context, _ stream.Delivery) error { cancel(); <-hctx.Done(); return hctx.Err() }
+	c.Run(ctx, stuck) // abandons its batch after Grace: the entries stay pending for "stuck"
+	time.Sleep(300 * time.Millisecond)
+	p := f.consumer(t, "peer")
+	p.MinIdle = 200 * time.Millisecond
+	sum := run(t, p, newRecorder(nil).handle)
+	if sum.Claimed != 4 || sum.Acked != 4 {
+		t.Fatalf("peer %+v: the stopped worker's entries should be reclaimed", sum)
+	}
+}
+
+// Attempts count handler starts: while the tenth of 20 slow handlers runs,
+// exactly ten starts are recorded (what a kill would leave), not the 20
+// entries read.
+func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
+	f := newFixture(t, 20)
+	c := f.consumer(t, "w1")
+	c.Count = 20
+	var seen []int64
+	var n atomic.Int64
+	h := func(ctx context.Context, d stream.Delivery) error {
+		if n.Add(1) == 10 {
+			vals := f.rdb.HGetAll(ctx, attemptsKey).Val()
+			seen = append(seen, int64(len(vals)))
+			for _, v := range vals {
+				if v != "1" {
+					t.Errorf("a first start recorded as %q", v)
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		if d.Attempts != 1 || d.Deliveries != 1 {
+			t.Errorf("%s: attempts %d, deliveries %d, want 1 and 1", d.ID, d.Attempts, d.Deliveries)
+		}
+		return nil
+	}
+	run(t, c, h)
+	if len(seen) != 1 || seen[0] != 10 {
+		t.Fatalf("starts recorded while the tenth handler ran: %v, want 10", seen)
+	}
+	if left := f.rdb.HLen(context.Background(), attemptsKey).Val(); left != 0 {
+		t.Fatalf("%d start records left after every entry was acked", left)
+	}
+}
+
+// Entries read but never started (the run stopped) do not lose an attempt,
+// and deliveries that Redis counted do not turn into attempts.
+func TestConsumer_UnstartedEntriesKeepTheirAttempts(t *testing.T) {
+	f := newFixture(t, 10)
+	for range 3 { // three runs, each stopped after the first handler
+		ctx, cancel := context.WithCancel(context.Background())
+		c := f.consumer(t, "w1")
+		c.Count, c.MaxAttempts = 10, 2
+		var first sync.Once
+		h := func(_ context.Context, d stream.Delivery) error {
+			first.Do(cancel)
+			return errors.New("not yet")
+		}
+		c.Run(ctx, h)
+		cancel()
+	}
+	ctx := context.Background()
+	if got := f.rdb.HGetAll(ctx, attemptsKey).Val(); len(got) != 1 || got[f.ids[1].StreamID.String()] != "1" {
+		t.Fatalf("start records after three stopped runs: %v, want only the second entry's single start", got)
+	}
+	rec := newRecorder(nil)
+	c := f.consumer(t, "w1")
+	c.MaxAttempts = 2
+	sum := run(t, c, rec.handle)
+	// The first entry failed in runs 1 and 2 (dead-lettered on its second
+	// failure); the second one failed once in run 3; the others never started.
+	if sum.Acked != 9 || sum.DeadLettered != 0 || len(rec.calls) != 9 {
+		t.Fatalf("after three stopped runs: %+v, %d handled", sum, len(rec.calls))
+	}
+	if dl := f.deadLetters(t); len(dl) != 1 || dl[0].Values["attempts"] != "2" {
+		t.Fatalf("dead letters %v", dl)
+	}
+}
+
+// An entry whose handler was started MaxAttempts times without settling
+// (each start killed its worker) is dead-lettered before a further start.
+func TestConsumer_StartedTooOftenIsDeadLetteredUnstarted(t *testing.T) {
+	f := newFixture(t, 2)
+	ctx := context.Background()
+	c := f.consumer(t, "w1")
+	c.MaxAttempts = 3
+	c.EnsureGroup(ctx)
+	// A worker read both, started the first three times and died each time.
+	f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "w1", Streams: []string{f.log.Key(), ">"}, Count: 10})
+	f.rdb.HSet(ctx, attemptsKey, f.ids[0].StreamID.String(), 3)
+	rec := newRecorder(nil)
+	sum := run(t, c, rec.handle)
+	if sum.DeadLettered != 1 || sum.Acked != 1 || rec.calls[f.ids[0]] != 0 {
+		t.Fatalf("summary %+v, calls %v", sum, rec.calls)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 || dl[0].Values["attempts"] != "3" || !strings.Contains(dl[0].Values["reason"].(string), "started 3 times") {
+		t.Fatalf("dead letter %v", dl)
+	}
+	if left := f.rdb.HLen(ctx, attemptsKey).Val(); left != 0 {
+		t.Fatalf("%d start records left", left)
+	}
+}
+
+// With DedupeTTL the marker is written as soon as the handler succeeds,
+// before the batch is acked: a kill in between leaves it behind.
+func TestConsumer_DedupeMarkerPrecedesTheAck(t *testing.T) {
+	f := newFixture(t, 3)
+	c := f.consumer(t, "w1")
+	c.DedupeTTL, c.Count = time.Minute, 3
+	var markedBeforeAck []bool
+	h := func(ctx context.Context, d stream.Delivery) error {
+		if d.ID == f.ids[2] { // the first two have succeeded, none is acked yet
+			for _, id := range f.ids[:2] {
+				key := "emq:{cm}:done:events:billing:" + id.String()
+				markedBeforeAck = append(markedBeforeAck, f.rdb.Exists(ctx, key).Val() == 1)
+			}
+			if p := f.pending(t); p != 3 {
+				t.Errorf("%d pending, want 3", p)
+			}
+		}
+		return nil
+	}
+	run(t, c, h)
+	if len(markedBeforeAck) != 2 || !markedBeforeAck[0] || !markedBeforeAck[1] {
+		t.Fatalf("markers of handled, unacked entries: %v, want both written", markedBeforeAck)
+	}
+}
