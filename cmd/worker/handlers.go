@@ -28,12 +28,13 @@ import (
 // deliveryDoc is a delivery as one JSON document: the exec handler's stdin,
 // the webhook's body and the --stdout line.
 type deliveryDoc struct {
-	ID       string            `json:"id"`
-	StreamID string            `json:"stream_id"`
-	Attempts int64             `json:"attempts"`
-	Group    string            `json:"group"`
-	Consumer string            `json:"consumer"`
-	Payload  map[string]string `json:"payload"`
+	ID         string            `json:"id"`
+	StreamID   string            `json:"stream_id"`
+	Attempts   int64             `json:"attempts"`   // handler starts, this one included
+	Deliveries int64             `json:"deliveries"` // times Redis handed the entry out
+	Group      string            `json:"group"`
+	Consumer   string            `json:"consumer"`
+	Payload    map[string]string `json:"payload"`
 	// PayloadBase64 holds the fields whose name or value is not UTF-8, both
 	// base64 encoded (JSON strings cannot carry raw bytes).
 	PayloadBase64 map[string]string `json:"payload_base64,omitempty"`
@@ -47,7 +48,7 @@ func encodeDelivery(d stream.Delivery) ([]byte, error) {
 		text = map[string]string{}
 	}
 	return json.Marshal(deliveryDoc{
-		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts, Group: d.Group, Consumer: d.Consumer,
+		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts, Deliveries: d.Deliveries, Group: d.Group, Consumer: d.Consumer,
 		Payload: text, PayloadBase64: b64, Recovered: d.Recovered, Replay: d.Replay,
 	})
 }
@@ -58,7 +59,9 @@ const exDataErr = 65
 
 // execHandler runs argv once per delivery with the delivery on stdin. Exit 0
 // acks; 65 dead-letters; anything else, a signal or the timeout leaves the
-// entry pending. The child's stderr is logged with the entry id.
+// entry pending. The child's stderr is logged with the entry id. The child
+// runs in its own process group, killed whole on timeout or cancellation
+// (ownGroup).
 func execHandler(argv []string, timeout time.Duration, log *slog.Logger) stream.Handler {
 	return func(ctx context.Context, d stream.Delivery) error {
 		doc, err := encodeDelivery(d)
@@ -71,6 +74,7 @@ func execHandler(argv []string, timeout time.Duration, log *slog.Logger) stream.
 			defer cancel()
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		ownGroup(cmd)
 		cmd.Stdin = bytes.NewReader(doc)
 		var stderr bytes.Buffer
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}

@@ -46,7 +46,7 @@ func runCommand() *cli.Command {
 		&cli.Int64Flag{Name: "count", Value: 0, Usage: "entries per read (0: adapt, from 100 up to 1000 while a batch takes under min-idle/100, back down when one takes over min-idle/10)"},
 		&cli.DurationFlag{Name: "block", Value: 2 * time.Second, Usage: "how long to wait for new entries before exiting"},
 		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
-		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "deliveries before an entry is dead-lettered"},
+		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "handler starts before an entry is dead-lettered (a start is recorded before the handler runs; entries read but not started do not count)"},
 		maxEntryBytesFlag(),
 		&cli.DurationFlag{Name: "lease-ttl", EnvVars: []string{"EMQ_LEASE_TTL"}, Value: 30 * time.Second,
 			Usage: "catch-up lease: how long a consumer that stopped renewing it (it died) blocks the others' catch-up"},

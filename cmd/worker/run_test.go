@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
@@ -209,4 +210,42 @@ func TestStatus_Table(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// A handler that times out is killed with everything it started: the
+// process group goes, not only the shell.
+func TestRun_HandlerTimeoutKillsItsProcessGroup(t *testing.T) {
+	srv := testserver.Redis(t)
+	seedModes(t, srv, "slow")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+		"--block", "100ms", "--handler-timeout", "300ms", "--exec", `sleep 30 & echo $! > `+pidFile+`; wait`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if sum := parseSummary(t, out); sum.Failed != 1 {
+		t.Fatalf("summary %+v, want the timed-out entry left pending", sum)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	deadline := time.Now().Add(2 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler's child %s outlived its timeout", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
 }
