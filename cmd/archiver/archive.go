@@ -86,7 +86,11 @@ func (e *env) openArchive(ctx context.Context, name, deadGroup string) (*archive
 
 // openArchiveIn opens an archive in keyspace ks.
 func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadGroup string) (*archive.Archive, error) {
-	l, err := stream.NewLog(e.rdb, ks, name, e.target.Kind)
+	kind, err := clix.ResolveKind(ctx, e.rdb, clix.Target{Keyspace: ks, Kind: e.target.Kind}, name, false)
+	if err != nil {
+		return nil, err
+	}
+	l, err := stream.NewLog(e.rdb, ks, name, kind)
 	if err != nil {
 		return nil, err
 	}

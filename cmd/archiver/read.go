@@ -52,8 +52,7 @@ func readAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	from, to, err := readBounds(c, target.Kind)
-	if err != nil {
+	if _, _, err := readBounds(c, ""); err != nil {
 		return err
 	}
 	write, err := formatter(c.String("format"))
@@ -66,6 +65,10 @@ func readAction(c *cli.Context) error {
 	}
 	defer e.close()
 	a, err := e.openArchive(c.Context, target.Stream, "")
+	if err != nil {
+		return err
+	}
+	from, to, err := readBounds(c, a.Log().Kind()) // branded bounds are checked against the stream's kind
 	if err != nil {
 		return err
 	}

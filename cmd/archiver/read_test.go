@@ -135,7 +135,6 @@ func TestRead_UsageErrors(t *testing.T) {
 		{[]string{"--since", "yesterday"}, "--since"},
 		{[]string{"--window", "5,1"}, "--window"},
 		{[]string{"--window", "5"}, "--window"},
-		{[]string{"--from", "USR_00000000000000000000001"}, "--from"},
 		{[]string{"--to", "12"}, "--to"},
 		{[]string{"--format", "xml"}, "--format"},
 	} {
@@ -143,5 +142,29 @@ func TestRead_UsageErrors(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// A branded bound of another kind than the stream's (read from Redis) is a
+// usage error, as is a --kind that contradicts the stream's.
+func TestRead_KindIsTheStreams(t *testing.T) {
+	srv := testserver.Redis(t)
+	seed(t, srv.Client(t), 1) // an EVT stream
+	base := []string{"read", "--redis", srv.URL(), "--queue", "cm", "--stream", "events"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "USR_00000000000000000000001"}, "the stream holds EVT"},
+		{[]string{"--kind", "USR"}, "holds EVT ids"},
+		{[]string{"--kind", "XYZ"}, "holds EVT ids"},
+	} {
+		code, _, errOut := runArchiver(t, append(base, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if code, out, errOut := runArchiver(t, append(base, "--kind", "EVT")...); code != 0 || !strings.Contains(out, "EVT_") {
+		t.Errorf("--kind matching the stream: exit %d, %s %s", code, out, errOut)
 	}
 }

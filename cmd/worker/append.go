@@ -22,6 +22,7 @@ func appendCommand() *cli.Command {
 		ArgsUsage: "[field=value ...]",
 		Flags: append(clix.CommonFlags(),
 			&cli.IntFlag{Name: "batch", Value: 500, Usage: "entries per pipelined batch when reading stdin"},
+			&cli.BoolFlag{Name: "new-kind", Usage: "let --kind name a kind that is not built in: a new stream's first append records it"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
 			maxEntryBytesFlag(),
 		),

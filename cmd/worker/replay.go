@@ -45,8 +45,7 @@ func replayAction(c *cli.Context) error {
 	if err := stream.ValidateName("replay", name); err != nil {
 		return clix.Usagef("--name", "%v", err)
 	}
-	from, to, err := replayBounds(c, t.Kind)
-	if err != nil {
+	if _, _, err := replayBounds(c, ""); err != nil {
 		return err
 	}
 	logger, err := clix.NewLogger(c, c.App.ErrWriter)
@@ -63,6 +62,10 @@ func replayAction(c *cli.Context) error {
 	}
 	defer sess.Close()
 	rdb, l := sess.Redis, sess.Log
+	from, to, err := replayBounds(c, l.Kind()) // branded bounds are checked against the stream's kind
+	if err != nil {
+		return err
+	}
 	read, err := replaySource(c, l)
 	if err != nil {
 		return err

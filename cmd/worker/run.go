@@ -99,7 +99,12 @@ func openConsumer(c *cli.Context) (*setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := stream.NewLog(rdb, target.Keyspace, target.Stream, target.Kind)
+	kind, err := clix.ResolveKind(c.Context, rdb, target, target.Stream, false)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	l, err := stream.NewLog(rdb, target.Keyspace, target.Stream, kind)
 	if err != nil {
 		rdb.Close()
 		return nil, err

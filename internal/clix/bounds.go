@@ -46,7 +46,9 @@ func ParseWindow(flag, s string) (from, to brand.StreamID, err error) {
 }
 
 // ParseBound reads a range bound: "-" (the first id), "+" (the last), a
-// branded id of the stream's kind, or a stream id <ms>-<seq>.
+// branded id of the stream's kind, or a stream id <ms>-<seq>. With kind ""
+// a branded id of any kind passes: a first pass, before the stream's kind
+// is read from Redis, that catches every other usage error unconnected.
 func ParseBound(flag, s string, kind brand.Kind) (brand.StreamID, error) {
 	switch {
 	case s == "-":
@@ -58,7 +60,7 @@ func ParseBound(flag, s string, kind brand.Kind) (brand.StreamID, error) {
 		if err != nil {
 			return brand.StreamID{}, Usagef(flag, "%v", err)
 		}
-		if id.Kind != kind {
+		if kind != "" && id.Kind != kind {
 			return brand.StreamID{}, Usagef(flag, "%s is of kind %s, the stream holds %s", s, id.Kind, kind)
 		}
 		return id.StreamID, nil

@@ -66,7 +66,8 @@ func CommonFlags() []cli.Flag {
 		&cli.StringFlag{Name: FlagPrefix, EnvVars: []string{"EMQ_PREFIX"}, Value: stream.DefaultPrefix, Usage: "key prefix"},
 		&cli.StringFlag{Name: FlagQueue, EnvVars: []string{"EMQ_QUEUE"}, Usage: "queue name (the hash tag of every key)"},
 		&cli.StringFlag{Name: FlagStream, EnvVars: []string{"EMQ_STREAM"}, Usage: "stream name"},
-		&cli.StringFlag{Name: FlagKind, EnvVars: []string{"EMQ_KIND"}, Value: string(brand.EVT), Usage: "kind of branded id the stream holds"},
+		&cli.StringFlag{Name: FlagKind, EnvVars: []string{"EMQ_KIND"},
+			Usage: "kind of branded id the stream holds: recorded by its first append (EVT when not given), a check afterwards"},
 		&cli.StringFlag{Name: FlagLogFormat, EnvVars: []string{"EMQ_LOG_FORMAT"}, Value: "text", Usage: "log format: text or json"},
 		&cli.StringFlag{Name: FlagLogLevel, EnvVars: []string{"EMQ_LOG_LEVEL"}, Value: "info", Usage: "log level: debug, info, warn, error"},
 	}
@@ -115,13 +116,42 @@ func ParsePrefix(c *cli.Context) (Target, error) {
 			return Target{}, Usagef("--queue", "%v", err)
 		}
 	}
-	kind, err := brand.ParseKind(c.String(FlagKind))
-	if err != nil {
-		if kind, err = brand.RegisterKind(c.String(FlagKind)); err != nil {
+	var kind brand.Kind
+	if s := c.String(FlagKind); s != "" {
+		if _, err := brand.ParseKind(s); err != nil && !errors.Is(err, brand.ErrUnknownKind) {
 			return Target{}, Usagef("--kind", "%v", err)
 		}
+		kind = brand.Kind(s) // an unknown kind is judged against the stream (ResolveKind)
 	}
 	return Target{Keyspace: ks, Kind: kind}, nil
+}
+
+// ResolveKind returns the kind of stream name in t's keyspace: the one
+// recorded for the stream, which --kind (t.Kind), when given, must match.
+// A stream with no kind yet takes --kind, or EVT; a kind that is neither
+// built in nor the stream's is refused unless newKind (worker append
+// --new-kind) says it is meant.
+func ResolveKind(ctx context.Context, rdb stream.Client, t Target, name string, newKind bool) (brand.Kind, error) {
+	recorded, ok, err := stream.StreamKind(ctx, rdb, t.Keyspace, name)
+	if err != nil {
+		return "", err
+	}
+	given := t.Kind
+	switch {
+	case ok && given != "" && given != recorded:
+		return "", Usagef("--kind", "stream %s holds %s ids (recorded at its first append), not %s; leave --kind out to use the stream's",
+			name, recorded, given)
+	case ok:
+		return recorded, nil
+	case given == "":
+		return brand.EVT, nil
+	case given.Registered():
+		return given, nil
+	case newKind:
+		return brand.RegisterKind(string(given))
+	}
+	return "", Usagef("--kind", "%s is not a built-in kind and stream %s does not hold it; to start a stream of a new kind, append with --kind %s --new-kind",
+		given, name, given)
 }
 
 // Redact returns a Redis or S3 URL with its password replaced, safe to print.
@@ -304,7 +334,12 @@ func OpenSession(c *cli.Context, t Target) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, t.Kind)
+	kind, err := ResolveKind(c.Context, rdb, t, t.Stream, c.Bool("new-kind"))
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, kind)
 	if err != nil {
 		rdb.Close()
 		return nil, err

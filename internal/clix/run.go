@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,7 +27,10 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
 	}
-	err := app.RunContext(ctx, args)
+	err := refuseRepeated(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	if err == nil {
 		return ExitOK
 	}
@@ -60,4 +64,52 @@ func Failpoint(spec string) func(string) {
 			select {} // the signal is on its way
 		}
 	}
+}
+
+// refuseRepeated returns a usage error for a single-valued flag given more
+// than once: urfave/cli keeps the last value silently, so `--stream a
+// --stream b` would read only b and `--redis A --redis B` talk to B alone.
+// Flags that take several values (StringSliceFlag) may repeat. Arguments
+// after "--" are a handler's, not ours.
+func refuseRepeated(app *cli.App, args []string) error {
+	cmds, flags := app.Commands, app.Flags
+	seen := map[string]int{}
+	var order []string
+	for _, a := range args[min(1, len(args)):] {
+		if a == "--" {
+			break
+		}
+		if name, ok := flagName(a); ok {
+			if seen[name]++; seen[name] == 2 {
+				order = append(order, name)
+			}
+			continue
+		}
+		for _, c := range cmds {
+			if c.HasName(a) {
+				cmds, flags = c.Subcommands, c.Flags
+				break
+			}
+		}
+	}
+	for _, name := range order {
+		for _, f := range flags {
+			if !slices.Contains(f.Names(), name) {
+				continue
+			}
+			if _, multi := f.(*cli.StringSliceFlag); !multi {
+				return Usagef("--"+name, "given %d times; it takes one value (several Redis URLs go in one --redis, comma-separated)", seen[name])
+			}
+		}
+	}
+	return nil
+}
+
+// flagName returns the name of a flag argument (-x, --x, --x=v).
+func flagName(arg string) (string, bool) {
+	if len(arg) < 2 || arg[0] != '-' {
+		return "", false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	return name, name != ""
 }

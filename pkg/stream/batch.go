@@ -30,6 +30,9 @@ func (l *Log) AppendBatch(ctx context.Context, batch []Fields) ([]brand.ID, erro
 			return nil, fmt.Errorf("entry %d of the batch: %w", i, err)
 		}
 	}
+	if err := l.bindKind(ctx); err != nil {
+		return nil, err
+	}
 	ids := make([]brand.ID, 0, len(batch))
 	for len(batch) > 0 {
 		n := l.chunkLen(batch)

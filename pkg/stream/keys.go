@@ -19,6 +19,7 @@ const maxNameLen = 128
 // hash tag {<queue>}, so one queue lives in one Redis Cluster slot:
 //
 //	<prefix>:{<queue>}:stream:<stream>              the stream itself
+//	<prefix>:{<queue>}:kinds                         the kind of ids each stream holds (hash: stream -> kind)
 //	<prefix>:{<queue>}:dead:<stream>:<group>         a group's dead letters (a stream of the same kind)
 //	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
 //	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
@@ -105,3 +106,7 @@ func (k Keyspace) DeadLetter(stream, group string) string {
 func (k Keyspace) Attempts(stream, group string) string {
 	return k.base() + "attempts:" + stream + ":" + group
 }
+
+// Kinds returns the key of the queue's hash of stream kinds: stream name to
+// the kind of branded id it holds, recorded by its first append.
+func (k Keyspace) Kinds() string { return k.base() + "kinds" }

@@ -70,6 +70,7 @@ type Log struct {
 	deadGroup string // set on a group's dead-letter log
 	key       string
 	minter    *brand.Minter
+	kind      bound // the stream's recorded kind is the minter's
 }
 
 // NewLog returns the log of stream name in ks, holding ids of kind.
@@ -128,6 +129,9 @@ func (l *Log) Append(ctx context.Context, fields Fields) (brand.ID, error) {
 	if err := l.checkFields(fields); err != nil {
 		return brand.ID{}, err
 	}
+	if err := l.bindKind(ctx); err != nil {
+		return brand.ID{}, err
+	}
 	for range l.MaxRetries + 1 {
 		id := l.minter.Mint()
 		err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
@@ -152,6 +156,9 @@ func (l *Log) AppendID(ctx context.Context, id brand.ID, fields Fields) error {
 		return fmt.Errorf("append %s to %s: kind %s, stream holds %s: %w", id, l.key, id.Kind, l.Kind(), ErrWrongKind)
 	}
 	if err := l.checkFields(fields); err != nil {
+		return err
+	}
+	if err := l.bindKind(ctx); err != nil {
 		return err
 	}
 	err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
