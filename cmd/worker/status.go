@@ -70,6 +70,12 @@ func printStatus(w io.Writer, st stream.StreamStatus) error {
 		fmt.Fprintf(tw, "  pending, payload gone\t%d\n", g.PendingTrimmed)
 		fmt.Fprintf(tw, "  lag\t%s\n", lag(g.Lag))
 		fmt.Fprintf(tw, "  dead letters\t%d\n", g.DeadLetters)
+		if g.CatchUpGaps > 0 {
+			fmt.Fprintf(tw, "  trimmed unread\t%d entries in %d gaps, for a run with --archive-remote to catch up\n", g.TrimmedUnread, g.CatchUpGaps)
+		}
+		if g.StartsRecorded > 0 {
+			fmt.Fprintf(tw, "  starts recorded\t%d entries (running, failed, or their worker died)\n", g.StartsRecorded)
+		}
 		fmt.Fprintf(tw, "  last delivered\t%s\n", g.LastDeliveredID)
 		for _, k := range g.Consumers {
 			fmt.Fprintf(tw, "  consumer %s\tpending %d, idle %s\n", k.Name, k.Pending, (time.Duration(k.IdleSeconds * float64(time.Second))).Round(time.Millisecond))

@@ -24,13 +24,15 @@ type History interface {
 	Archived(ctx context.Context, from, to brand.StreamID) iter.Seq2[Entry, error]
 }
 
-// gapReadScript reads new entries for a consumer, first recording a gap when
-// the group's last-delivered id is below the first live entry: entries in
-// between may have been trimmed before the group read them, so they must be
-// read from the archive. A gap is pushed as "last first 0" on a list, once.
+// gapLua records a gap when the group's last-delivered id is below the
+// first live entry: entries in between may have been trimmed before the
+// group read them, so they must be read from the archive. A gap is pushed as
+// "last first 0 skipped" on a list, once; skipped estimates how many
+// entries it holds (entries-added - the group's entries-read - length; -1
+// when Redis cannot tell). It sets the local skipped (0: no new gap).
 //
-// KEYS: stream, gap list. ARGV: group, consumer, count.
-var gapReadScript = redis.NewScript(`
+// KEYS: stream, gap list. ARGV: group.
+const gapLua = `
 local function less(a, b)
   local am, as = string.match(a, '^(%d+)%-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
@@ -39,23 +41,53 @@ local function less(a, b)
   if #as ~= #bs then return #as < #bs end
   return as < bs
 end
-local last
+local skipped = 0
+local last, read
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, ld
+  local name, ld, er
   for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then ld = g[i + 1] end
+    if g[i] == 'name' then name = g[i + 1]
+    elseif g[i] == 'last-delivered-id' then ld = g[i + 1]
+    elseif g[i] == 'entries-read' then er = g[i + 1] end
   end
-  if name == ARGV[1] then last = ld end
+  if name == ARGV[1] then last, read = ld, er end
 end
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 if last and first[1] and less(last, first[1][1]) then
-  local gap = last .. ' ' .. first[1][1] .. ' 0'
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local added, len
+  for i = 1, #info, 2 do
+    if info[i] == 'entries-added' then added = info[i + 1]
+    elseif info[i] == 'length' then len = info[i + 1] end
+  end
+  -- Every live entry is above last; the group's counter says how many above
+  -- last were ever added. When Redis cannot tell, any removal may be a gap.
+  local gone = -1
+  if type(read) == 'number' then gone = added - read - len
+  elseif added == len then gone = 0 end
+  if gone < -1 then gone = -1 end
   local tail = redis.call('LRANGE', KEYS[2], -1, -1)
-  if tail[1] == nil or string.match(tail[1], '^%S+ %S+') ~= last .. ' ' .. first[1][1] then
-    redis.call('RPUSH', KEYS[2], gap)
+  if gone ~= 0 and (tail[1] == nil or string.match(tail[1], '^%S+ %S+') ~= last .. ' ' .. first[1][1]) then
+    skipped = gone
+    redis.call('RPUSH', KEYS[2], last .. ' ' .. first[1][1] .. ' 0 ' .. skipped)
   end
 end
+`
+
+// gapReadScript reads new entries for a consumer after gapLua.
+//
+// KEYS: stream, gap list. ARGV: group, consumer, count.
+var gapReadScript = redis.NewScript(gapLua + `
 return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+`)
+
+// gapCheckScript runs gapLua alone and returns skipped: a run without an
+// archive records the gap (a later run with one catches it up) and says
+// what was skipped.
+//
+// KEYS: stream, gap list. ARGV: group.
+var gapCheckScript = redis.NewScript(gapLua + `
+return skipped
 `)
 
 // leaseScript takes or renews the group's catch-up lease for ARGV[1].
@@ -75,16 +107,19 @@ return 0
 `)
 
 // gap is the head of a group's gap list: entries with last < id < first may
-// be in the archive only; attempts counts failed deliveries of the next one.
+// be in the archive only; attempts counts failed deliveries of the next one;
+// skipped is how many entries the gap held when it was found (-1: unknown;
+// 0 in records written before it was kept).
 type gap struct {
 	last, first brand.StreamID
 	attempts    int64
+	skipped     int64
 }
 
 func parseGap(s string) (gap, error) {
 	f := strings.Fields(s)
-	if len(f) != 3 {
-		return gap{}, fmt.Errorf("catch-up checkpoint %q: want 'last first attempts'", s)
+	if len(f) != 3 && len(f) != 4 {
+		return gap{}, fmt.Errorf("catch-up checkpoint %q: want 'last first attempts [skipped]'", s)
 	}
 	var g gap
 	var err error
@@ -94,11 +129,39 @@ func parseGap(s string) (gap, error) {
 	if g.first, err = brand.ParseStreamID(f[1]); err != nil {
 		return g, err
 	}
-	g.attempts, err = strconv.ParseInt(f[2], 10, 64)
+	if g.attempts, err = strconv.ParseInt(f[2], 10, 64); err != nil || len(f) == 3 {
+		return g, err
+	}
+	g.skipped, err = strconv.ParseInt(f[3], 10, 64)
 	return g, err
 }
 
-func (g gap) String() string { return fmt.Sprintf("%s %s %d", g.last, g.first, g.attempts) }
+func (g gap) String() string { return fmt.Sprintf("%s %s %d %d", g.last, g.first, g.attempts, g.skipped) }
+
+// checkGap records, without an archive to read it from, a gap of entries
+// trimmed before the group read them, so that a later run with an archive
+// (Consumer.Payloads a History) catches them up; the run counts them and
+// says so. With a History the reads record gaps themselves.
+func (r *run) checkGap(ctx context.Context) error {
+	if _, ok := r.c.Payloads.(History); ok {
+		return nil
+	}
+	key := r.c.log.ks.CatchUp(r.c.log.name, r.c.group)
+	n, err := gapCheckScript.Run(ctx, r.c.log.rdb, []string{r.c.log.key, key}, r.c.group).Int64()
+	if err != nil {
+		return fmt.Errorf("check %s %s for entries trimmed unread: %w", r.c.log.key, r.c.group, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	count := "an unknown number of"
+	if n > 0 {
+		r.sum.TrimmedUnread += n
+		count = strconv.FormatInt(n, 10)
+	}
+	r.c.Logger.Warn(fmt.Sprintf("%s entries were trimmed before group %s read them; recorded in %s, a run with an archive catches them up", count, r.c.group, key))
+	return nil
+}
 
 // readNewChecked is the `>` read that records gaps (used with a History).
 func (r *run) readNewChecked(ctx context.Context) ([]redis.XMessage, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
@@ -24,6 +25,10 @@ type DeadLetter struct {
 	Reason        string
 	Time          time.Time
 	Payload       Fields
+	// NoPayload: the record holds no payload (the entry was trimmed before
+	// it could be read, or was over MaxEntryBytes), so there is nothing to
+	// hand a handler again.
+	NoPayload bool
 }
 
 // DeadLetters yields the group's dead letters, oldest first. A record that
@@ -49,6 +54,8 @@ func (c *Consumer) DeadLetters(ctx context.Context) iter.Seq2[DeadLetter, error]
 func decodeDeadLetter(e Entry) (DeadLetter, error) {
 	f := e.Fields
 	dl := DeadLetter{ID: e.ID, EntryID: f["entry_id"], Group: f["group"], Consumer: f["consumer"], Reason: f["reason"]}
+	// Records written before "no_payload" was kept say so in their reason.
+	dl.NoPayload = f["no_payload"] == "1" || strings.HasPrefix(dl.Reason, "payload trimmed") || strings.HasPrefix(dl.Reason, "oversized entry")
 	var errs []error
 	var err error
 	if dl.EntryStreamID, err = brand.ParseStreamID(f["entry_stream_id"]); err != nil {
@@ -76,11 +83,19 @@ type RetryResult struct {
 	Retried   int64 `json:"retried"`
 	Succeeded int64 `json:"succeeded"` // handled and removed from the dead-letter stream
 	Failed    int64 `json:"failed"`    // the handler failed again: the record stays
+	Refused   int64 `json:"refused"`   // records without a payload: not handed to the handler, kept
 }
+
+// ErrNoPayload is wrapped by RetryDead's error when the dead letter asked
+// for holds no payload to retry (DeadLetter.NoPayload).
+var ErrNoPayload = errors.New("dead letter holds no payload")
 
 // RetryDead hands dead letters to h again: all of them when match is empty,
 // else the one whose entry id, entry stream id or record id is match. Each
-// record is removed from the dead-letter stream only after h succeeds.
+// record is removed from the dead-letter stream only after h succeeds. A
+// record without a payload is never handed to h: it stays, counted as
+// refused (an error wrapping ErrNoPayload when it was asked for by match),
+// until DropDead removes it deliberately.
 func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (RetryResult, error) {
 	var res RetryResult
 	found := false
@@ -88,10 +103,18 @@ func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (Retr
 		if err != nil {
 			return res, err
 		}
-		if match != "" && match != dl.EntryID && match != dl.EntryStreamID.String() && match != dl.ID.String() {
+		if !dl.matches(match) {
 			continue
 		}
 		found = true
+		if dl.NoPayload {
+			res.Refused++
+			c.Logger.Warn("dead letter has no payload to retry; it stays until dropped", "entry_stream_id", dl.EntryStreamID.String(), "reason", dl.Reason)
+			if match != "" {
+				return res, fmt.Errorf("dead letter of %s (%s): %w; nothing to hand a handler", dl.EntryStreamID, dl.Reason, ErrNoPayload)
+			}
+			continue
+		}
 		res.Retried++
 		d := Delivery{StreamID: dl.EntryStreamID, Fields: dl.Payload, Attempts: dl.Attempts + 1, Group: c.group, Consumer: c.name}
 		d.ID, _ = brand.Parse(dl.EntryID)
@@ -109,4 +132,28 @@ func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (Retr
 		return res, fmt.Errorf("no dead letter %q in %s", match, c.dead.key)
 	}
 	return res, nil
+}
+
+// DropDead removes the dead letter whose entry id, entry stream id or
+// record id is match, unhandled: the deliberate end of an entry that cannot
+// be retried. It returns the record it removed.
+func (c *Consumer) DropDead(ctx context.Context, match string) (DeadLetter, error) {
+	for dl, err := range c.DeadLetters(ctx) {
+		if err != nil {
+			return DeadLetter{}, err
+		}
+		if match == "" || !dl.matches(match) {
+			continue
+		}
+		if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
+			return DeadLetter{}, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
+		}
+		return dl, nil
+	}
+	return DeadLetter{}, fmt.Errorf("no dead letter %q in %s", match, c.dead.key)
+}
+
+// matches reports whether match (empty: everything) names this record.
+func (dl DeadLetter) matches(match string) bool {
+	return match == "" || (dl.EntryID != "" && match == dl.EntryID) || match == dl.EntryStreamID.String() || match == dl.ID.String()
 }

@@ -97,6 +97,7 @@ type Summary struct {
 	PayloadRecovered  int64         `json:"payload_recovered"`  // trimmed while pending, recovered from the source
 	PayloadLost       int64         `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
 	DuplicatesSkipped int64         `json:"duplicates_skipped"` // already handled by this group (dedupe), acked
+	TrimmedUnread     int64         `json:"trimmed_unread"`     // trimmed before the group read them, without an archive: recorded as a gap, not handled
 	StaleConsumers    int64         `json:"stale_consumers_removed"`
 	LeaseWait         bool          `json:"waited_for_catch_up_lease,omitempty"` // gaps were left and another consumer held the lease
 	ExitReason        string        `json:"exit_reason"`

@@ -423,11 +423,14 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 		"entry_stream_id": j.sid,
 		"group":           r.c.group,
 		"consumer":        r.c.name,
-		"attempts":        strconv.FormatInt(j.d.Attempts, 10),
+		"attempts":        strconv.FormatInt(max(j.d.Attempts, j.prior), 10),
 		"deliveries":      strconv.FormatInt(j.d.Deliveries, 10),
 		"reason":          j.reason,
 		"time":            time.Now().UTC().Format(time.RFC3339Nano),
 		"payload":         string(payload),
+	}
+	if j.d.Fields == nil { // trimmed, or oversized: nothing a retry could hand a handler
+		rec["no_payload"] = "1"
 	}
 	ack := func(pipe redis.Pipeliner) { r.queueAcks(ctx, pipe, []string{j.sid}) }
 	if _, err := r.c.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {

@@ -34,6 +34,14 @@ type GroupStatus struct {
 	PendingTrimmed   int64            `json:"pending_payload_gone"` // pending entries below the first live entry
 	Lag              *int64           `json:"lag"`                  // nil: Redis cannot tell
 	DeadLetters      int64            `json:"dead_letters"`
+	// CatchUpGaps counts the group's recorded gaps: entries trimmed before
+	// it read them, to catch up from the archive; TrimmedUnread is how many
+	// entries they held when found (-1 in a gap: unknown, counted as 0).
+	CatchUpGaps   int64 `json:"catch_up_gaps"`
+	TrimmedUnread int64 `json:"trimmed_unread"`
+	// StartsRecorded counts entries with a handler start recorded and not
+	// yet settled (Keyspace.Attempts): running, failed, or their worker died.
+	StartsRecorded int64 `json:"starts_recorded"`
 	Consumers        []ConsumerStatus `json:"consumers"`
 }
 
@@ -121,7 +129,30 @@ func inspectGroup(ctx context.Context, l *Log, g redis.XInfoGroup, firstID strin
 		return gs, fmt.Errorf("xlen dead letters of %s: %w", g.Name, err)
 	}
 	gs.DeadLetters = n
-	return gs, nil
+	return gs, inspectGaps(ctx, l, &gs)
+}
+
+// maxGapScan bounds how many recorded gaps are read.
+const maxGapScan = 10000
+
+// inspectGaps reads the group's catch-up gaps and start records.
+func inspectGaps(ctx context.Context, l *Log, gs *GroupStatus) error {
+	key := l.ks.CatchUp(l.name, gs.Name)
+	gaps, err := l.rdb.LRange(ctx, key, 0, maxGapScan-1).Result()
+	if err != nil {
+		return fmt.Errorf("catch-up gaps %s: %w", key, err)
+	}
+	gs.CatchUpGaps = int64(len(gaps))
+	for _, s := range gaps {
+		if g, err := parseGap(s); err == nil && g.skipped > 0 {
+			gs.TrimmedUnread += g.skipped
+		}
+	}
+	akey := l.ks.Attempts(l.name, gs.Name)
+	if gs.StartsRecorded, err = l.rdb.HLen(ctx, akey).Result(); err != nil {
+		return fmt.Errorf("start records %s: %w", akey, err)
+	}
+	return nil
 }
 
 // maxTrimmedScan bounds how many pending ids below the first entry are counted.

@@ -89,6 +89,9 @@ func (r *run) loop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.checkGap(ctx); err != nil {
+		return err
+	}
 	if err := r.drain(ctx); err != nil || r.stopped(ctx) {
 		return err
 	}
@@ -207,6 +210,9 @@ func (r *run) beatIfDue(ctx context.Context) (int, error) {
 	}
 	r.lastBeat = time.Now()
 	if err := r.flushAcks(ctx); err != nil { // our own handled entries are not for reclaiming
+		return 0, err
+	}
+	if err := r.checkGap(ctx); err != nil {
 		return 0, err
 	}
 	return r.beat(ctx)
