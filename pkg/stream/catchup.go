@@ -136,7 +136,9 @@ func parseGap(s string) (gap, error) {
 	return g, err
 }
 
-func (g gap) String() string { return fmt.Sprintf("%s %s %d %d", g.last, g.first, g.attempts, g.skipped) }
+func (g gap) String() string {
+	return fmt.Sprintf("%s %s %d %d", g.last, g.first, g.attempts, g.skipped)
+}
 
 // checkGap records, without an archive to read it from, a gap of entries
 // trimmed before the group read them, so that a later run with an archive

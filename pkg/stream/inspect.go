@@ -26,14 +26,14 @@ type StreamStatus struct {
 
 // GroupStatus is one consumer group of a stream.
 type GroupStatus struct {
-	Name             string           `json:"name"`
-	LastDeliveredID  string           `json:"last_delivered_id"`
-	Pending          int64            `json:"pending"`
-	OldestPendingID  string           `json:"oldest_pending_id,omitempty"`
-	OldestPendingAge float64          `json:"oldest_pending_age_seconds,omitempty"`
-	PendingTrimmed   int64            `json:"pending_payload_gone"` // pending entries below the first live entry
-	Lag              *int64           `json:"lag"`                  // nil: Redis cannot tell
-	DeadLetters      int64            `json:"dead_letters"`
+	Name             string  `json:"name"`
+	LastDeliveredID  string  `json:"last_delivered_id"`
+	Pending          int64   `json:"pending"`
+	OldestPendingID  string  `json:"oldest_pending_id,omitempty"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds,omitempty"`
+	PendingTrimmed   int64   `json:"pending_payload_gone"` // pending entries below the first live entry
+	Lag              *int64  `json:"lag"`                  // nil: Redis cannot tell
+	DeadLetters      int64   `json:"dead_letters"`
 	// CatchUpGaps counts the group's recorded gaps: entries trimmed before
 	// it read them, to catch up from the archive; TrimmedUnread is how many
 	// entries they held when found (-1 in a gap: unknown, counted as 0).
@@ -41,8 +41,8 @@ type GroupStatus struct {
 	TrimmedUnread int64 `json:"trimmed_unread"`
 	// StartsRecorded counts entries with a handler start recorded and not
 	// yet settled (Keyspace.Attempts): running, failed, or their worker died.
-	StartsRecorded int64 `json:"starts_recorded"`
-	Consumers        []ConsumerStatus `json:"consumers"`
+	StartsRecorded int64            `json:"starts_recorded"`
+	Consumers      []ConsumerStatus `json:"consumers"`
 }
 
 // ConsumerStatus is one consumer of a group.
