@@ -277,7 +277,10 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 	if err := r.priorStarts(ctx, jobs); err != nil {
 		return false, err
 	}
-	if err := r.process(ctx, jobs, time.Now()); err != nil {
+	stop := r.keepLease(ctx)
+	err := r.process(ctx, jobs, time.Now())
+	stop()
+	if err != nil {
 		return false, err
 	}
 	next := g
@@ -295,6 +298,32 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 	}
 	r.c.failpoint("after-checkpoint")
 	return next.attempts == 0, nil
+}
+
+// keepLease renews this consumer's catch-up lease every LeaseTTL/4 while a
+// batch runs: handlers slower than LeaseTTL in total must not let a peer
+// take the lease and catch up the same entries. stop ends it.
+func (r *run) keepLease(ctx context.Context) (stop func()) {
+	lease := r.c.log.ks.Lease(r.c.log.name, r.c.group)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(r.c.LeaseTTL/4, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := leaseScript.Run(ctx, r.c.log.rdb, []string{lease}, r.c.name, r.c.LeaseTTL.Milliseconds()).Err()
+			if err != nil && ctx.Err() == nil {
+				r.c.Logger.Warn("could not renew the catch-up lease", "lease", lease, "error", err.Error())
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // LeaseTTL default: long enough for a batch of handlers.

@@ -40,6 +40,7 @@ type job struct {
 	recorded bool        // this start is recorded (starts)
 	started  atomic.Bool // the handler was called
 	finished atomic.Bool // the handler returned; err is set
+	acked    bool        // acked as soon as it succeeded (earlyAcks), under earlyAcks.mu
 }
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
@@ -284,6 +285,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	defer stop()
 
 	st := r.newStarts(runnable)
+	early := &earlyAcks{r: r, last: time.Now()}
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -295,7 +297,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 				if st.record(ctx, int(i)) != nil {
 					return
 				}
-				r.runOne(ctx, hctx, runnable[i])
+				r.runOne(ctx, hctx, runnable[i], early)
 			}
 		}()
 	}
@@ -305,6 +307,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	case <-allDone:
 	case <-graceOver:
 	}
+	early.close()
 	st.undo(ctx)
 	for _, j := range runnable {
 		if j.finished.Load() {
@@ -320,7 +323,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 // DedupeTTL, a success writes the job's marker at once, before and apart
 // from the ack: a worker killed between the two leaves the marker, and the
 // redelivery is skipped.
-func (r *run) runOne(ctx, hctx context.Context, j *job) {
+func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	j.started.Store(true)
 	j.err = call(hctx, r.h, j.d)
 	if j.err == nil && r.c.DedupeTTL > 0 {
@@ -332,6 +335,9 @@ func (r *run) runOne(ctx, hctx context.Context, j *job) {
 	}
 	r.c.failpoint("mid-batch")
 	j.finished.Store(true)
+	if j.err == nil && j.inPEL {
+		early.add(ctx, j)
+	}
 }
 
 // call runs the handler, turning a panic into a *PanicError.
@@ -369,13 +375,15 @@ func (r *run) judge(j *job) {
 func (r *run) settle(ctx context.Context, jobs []*job) error {
 	var acks []string
 	for _, j := range jobs {
-		switch j.fate {
-		case fateAck:
+		switch {
+		case j.fate == fateAck && j.acked:
+			r.sum.Acked++
+		case j.fate == fateAck:
 			acks = append(acks, j.sid)
-		case fatePending:
+		case j.fate == fatePending:
 			r.sum.Failed++
 			r.c.Logger.Debug("left pending", "id", j.d.StreamID.String(), "attempts", j.d.Attempts, "error", fmt.Sprint(j.err))
-		case fateAbandoned:
+		case j.fate == fateAbandoned:
 			r.sum.Abandoned++
 		}
 	}

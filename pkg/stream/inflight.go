@@ -196,14 +196,19 @@ return n
 `)
 
 // renewEvery is the period of in-flight renewals as a fraction of MinIdle:
-// a quarter leaves three chances before a peer may reclaim.
-const renewEvery = 4
+// a quarter leaves three chances before a peer may reclaim. Below
+// minRenewIdle no renewal could keep up (a MinIdle of 1ms means "reclaim
+// anything at once", as a final sweep asks), and none is tried.
+const (
+	renewEvery   = 4
+	minRenewIdle = 100 * time.Millisecond
+)
 
 // keepOwnership renews the batch's entries while its handlers run, so that
 // peers reclaim only what a dead or stopped worker holds. It starts with a
 // renewal at once when the batch was read long enough ago; stop ends it.
 func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) (stop func()) {
-	if leasesOff || r.c.MinIdle <= 0 {
+	if leasesOff || r.c.MinIdle < minRenewIdle {
 		return func() {}
 	}
 	var ids []any
@@ -238,7 +243,7 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 // renew runs renewScript over ids; a failure is logged, not fatal: the
 // worst it allows is a peer handling an entry this run also handles.
 func (r *run) renew(ctx context.Context, ids []any) {
-	wctx, cancel := context.WithTimeout(ctx, r.c.MinIdle/renewEvery)
+	wctx, cancel := context.WithTimeout(ctx, r.c.MinIdle/2)
 	defer cancel()
 	args := append([]any{r.c.group, r.c.name}, ids...)
 	n, err := renewScript.Run(wctx, r.c.log.rdb, []string{r.c.log.key}, args...).Int64()
@@ -247,4 +252,62 @@ func (r *run) renew(ctx context.Context, ids []any) {
 		return
 	}
 	r.renewed.Add(n)
+}
+
+// ackEvery is how long a success may wait for its ack once a batch is
+// slow. A batch is acked whole when it is done; but a batch of slow
+// handlers can take minutes, and a worker killed then would leave every
+// success of it unacked: handled again by the next run, and each of them
+// counting a start without a settle. So once ackEvery has passed since the
+// batch began (or since the last ack), a success is acked at once, with
+// those that waited: quick batches keep their single ack.
+const ackEvery = 20 * time.Millisecond
+
+// earlyAcks acks a slow batch's successes as they come.
+type earlyAcks struct {
+	r       *run
+	mu      sync.Mutex
+	last    time.Time // the batch's start, then the last early ack
+	waiting []*job
+	closed  bool // the batch goes to settle: a handler finishing later is abandoned
+}
+
+// close stops early acks; settle then reads job.acked without a race.
+func (e *earlyAcks) close() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+}
+
+// add takes a success; it acks what waits when ackEvery has passed. A
+// failed ack is left to the batch's settle.
+func (e *earlyAcks) add(ctx context.Context, j *job) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.waiting = append(e.waiting, j)
+	if time.Since(e.last) < ackEvery {
+		return
+	}
+	ids := make([]string, len(e.waiting))
+	for i, w := range e.waiting {
+		ids[i] = w.sid
+	}
+	wctx, cancel := e.r.writeCtx(ctx)
+	defer cancel()
+	var ack *redis.IntCmd
+	e.r.c.log.rdb.Pipelined(wctx, func(p redis.Pipeliner) error {
+		ack = e.r.queueAcks(wctx, p, ids)
+		return nil
+	})
+	if err := ack.Err(); err != nil {
+		e.r.c.Logger.Warn("could not ack finished entries early; the batch's ack retries", "entries", len(ids), "error", err.Error())
+		return
+	}
+	for _, w := range e.waiting {
+		w.acked = true
+	}
+	e.waiting, e.last = e.waiting[:0], time.Now()
 }

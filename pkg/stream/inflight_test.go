@@ -113,23 +113,18 @@ func TestConsumer_DeadWorkersEntriesAreStillReclaimed(t *testing.T) {
 }
 
 // Attempts count handler starts: while the tenth of 20 slow handlers runs,
-// exactly ten starts are recorded (what a kill would leave), not the 20
-// entries read.
+// the tenth entry's start is recorded and nothing after it is (what a kill
+// would leave), though all 20 were read. Entries acked already (a slow
+// batch acks its successes as they come) have no record left.
 func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 	f := newFixture(t, 20)
 	c := f.consumer(t, "w1")
 	c.Count = 20
-	var seen []int64
+	var seen map[string]string
 	var n atomic.Int64
 	h := func(ctx context.Context, d stream.Delivery) error {
 		if n.Add(1) == 10 {
-			vals := f.rdb.HGetAll(ctx, attemptsKey).Val()
-			seen = append(seen, int64(len(vals)))
-			for _, v := range vals {
-				if v != "1" {
-					t.Errorf("a first start recorded as %q", v)
-				}
-			}
+			seen = f.rdb.HGetAll(ctx, attemptsKey).Val()
 		}
 		time.Sleep(2 * time.Millisecond)
 		if d.Attempts != 1 || d.Deliveries != 1 {
@@ -138,11 +133,38 @@ func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 		return nil
 	}
 	run(t, c, h)
-	if len(seen) != 1 || seen[0] != 10 {
-		t.Fatalf("starts recorded while the tenth handler ran: %v, want 10", seen)
+	if seen[f.ids[9].StreamID.String()] != "1" {
+		t.Fatalf("the running tenth entry has no start record: %v", seen)
+	}
+	for _, id := range f.ids[10:] {
+		if _, ok := seen[id.StreamID.String()]; ok {
+			t.Fatalf("entry %s, read but not started, has a start record: %v", id, seen)
+		}
 	}
 	if left := f.rdb.HLen(context.Background(), attemptsKey).Val(); left != 0 {
 		t.Fatalf("%d start records left after every entry was acked", left)
+	}
+}
+
+// A slow batch acks each success as it comes, not all at the end: a kill
+// in the middle of it leaves only the running entry unsettled.
+func TestConsumer_SlowBatchAcksAsItGoes(t *testing.T) {
+	f := newFixture(t, 10)
+	c := f.consumer(t, "w1")
+	c.Count = 10
+	var pendingAtLast int64
+	h := func(ctx context.Context, d stream.Delivery) error {
+		if d.ID == f.ids[9] {
+			pendingAtLast = f.pending(t)
+		}
+		time.Sleep(30 * time.Millisecond)
+		return nil
+	}
+	if sum := run(t, c, h); sum.Acked != 10 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if pendingAtLast != 1 {
+		t.Fatalf("%d pending while the last of ten 30 ms handlers ran, want 1 (the nine before it acked)", pendingAtLast)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -116,4 +117,54 @@ func TestConsumer_DeadLetterWithoutPayload(t *testing.T) {
 	if n := len(f.deadLetters(t)); n != 2 {
 		t.Fatalf("%d dead letters after one drop", n)
 	}
+}
+
+// A catch-up batch slower than LeaseTTL keeps its lease: a peer running
+// meanwhile catches up nothing the first consumer is still handling.
+func TestConsumer_SlowCatchUpKeepsItsLease(t *testing.T) {
+	f := newFixture(t, 10)
+	ctx := context.Background()
+	h := &memHistory{}
+	for e, err := range f.log.Read(ctx, stream.First, stream.Last) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.entries = append(h.entries, e)
+	}
+	if _, err := f.log.TrimMaxLen(ctx, 4, true); err != nil { // 6 only in the archive
+		t.Fatal(err)
+	}
+	rec := newRecorder(nil)
+	slow := func(ctx context.Context, d stream.Delivery) error {
+		time.Sleep(100 * time.Millisecond) // 6 × 100 ms: three times the lease TTL
+		return rec.handle(ctx, d)
+	}
+	consumer := func(name string) *stream.Consumer {
+		c := f.consumer(t, name)
+		c.Payloads, c.LeaseTTL, c.Count = h, 200*time.Millisecond, 10
+		return c
+	}
+	done := make(chan stream.Summary)
+	go func() { done <- run(t, consumer("a"), slow) }()
+	var peer stream.Summary
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		select {
+		case sum := <-done:
+			if sum.CatchUp+peer.CatchUp != 6 {
+				t.Fatalf("caught up %d by the first, %d by the peer", sum.CatchUp, peer.CatchUp)
+			}
+			for _, id := range f.ids {
+				if rec.calls[id] != 1 {
+					t.Fatalf("%s handled %d times", id, rec.calls[id])
+				}
+			}
+			return
+		default:
+		}
+		p := consumer("b")
+		p.Block = 20 * time.Millisecond
+		sum, _ := p.Run(ctx, slow)
+		peer.CatchUp += sum.CatchUp
+	}
+	t.Fatal("the first consumer never finished")
 }

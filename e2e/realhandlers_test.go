@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/internal/testserver"
+)
+
+// Handlers that take real time, as users' do: the matrix of handler
+// durations and worker modes, scheduler-like runs killed at random, and
+// exec children that must die with their worker.
+
+// sleepyHandler is recordingHandler with a handler that takes d before it
+// records the delivery (its effect) and exits 0.
+func sleepyHandler(file string, d time.Duration) []string {
+	return []string{"--", "sh", "-c", fmt.Sprintf(`read -r line; sleep %.3f; echo "$line" >> "%s"`, d.Seconds(), file)}
+}
+
+// handlerCell is one cell of the latency matrix.
+type handlerCell struct {
+	name    string
+	sleep   time.Duration
+	entries int
+	args    []string // worker flags of the row
+}
+
+var handlerRows = []handlerCell{
+	{"0ms", 0, 300, nil},
+	{"50ms", 50 * time.Millisecond, 40, nil},
+	// One batch of 6 × 2 s = 12 s at concurrency 1: longer than the 10 s
+	// write timeout, which once expired before the batch's ack was sent.
+	{"2s-batch-over-write-timeout", 2 * time.Second, 6, []string{"--count", "6"}},
+	// Each handler outlasts --min-idle: a peer beating all the while must
+	// not take entries still in progress.
+	{"1.5s-over-min-idle", 1500 * time.Millisecond, 8, []string{"--count", "8", "--min-idle", "1s"}},
+}
+
+var handlerModes = []struct {
+	name string
+	args []string
+}{
+	{"plain", nil},
+	{"archive-remote", nil}, // half the feed archived and trimmed first: the group catches it up
+	{"dedupe-ttl", []string{"--dedupe-ttl", "1h"}},
+	{"concurrency-8", []string{"--concurrency", "8"}},
+}
+
+// TestWorker_HandlerLatencyMatrix runs every handler duration in every
+// mode with two workers looping as a scheduler would run them. Nobody dies
+// or stops, so the checker must find nothing lost, no duplicate (no peer
+// took work in progress), nothing dead-lettered and nothing pending.
+func TestWorker_HandlerLatencyMatrix(t *testing.T) {
+	for _, row := range handlerRows {
+		for _, mode := range handlerModes {
+			t.Run(row.name+"/"+mode.name, func(t *testing.T) {
+				t.Parallel()
+				latencyCell(t, row, mode.name, mode.args)
+			})
+		}
+	}
+}
+
+func latencyCell(t *testing.T, row handlerCell, mode string, modeArgs []string) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	if mode == "archive-remote" {
+		env = faultEnv(srv, dir)
+	}
+	ids := feed(t, env, row.entries)
+	if mode == "archive-remote" {
+		if _, errOut, err := runArchiver(env, "run", "--stream", "events", "--keep-last", fmt.Sprint(row.entries/2)); err != nil {
+			t.Fatalf("archiver: %v\n%s", err, errOut)
+		}
+		// A lease TTL shorter than a slow catch-up batch: the lease must be
+		// renewed while the batch runs, or a peer catches up the same entries.
+		modeArgs = []string{"--archive-remote", "file://" + filepath.Join(dir, "remote"), "--lease-ttl", "2s"}
+	}
+	rec := filepath.Join(dir, "handled")
+	args := func(name string) []string {
+		a := append([]string{"run", "--consumer", name, "--block", "300ms", "--max-attempts", "3", "--max-duration", "60s"}, row.args...)
+		return append(append(a, modeArgs...), sleepyHandler(rec, row.sleep)...)
+	}
+	w1, w2 := loop(t, env, "worker", args("w1")...), loop(t, env, "worker", args("w2")...)
+	deadline := time.Now().Add(3 * time.Minute)
+	for len(handled(t, rec)) < len(ids) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	w1.finish()
+	w2.finish()
+	for _, l := range []*looper{w1, w2} {
+		if l.failures > 0 {
+			t.Fatalf("%d of %d worker runs failed: %s", l.failures, l.runs, l.lastErr)
+		}
+	}
+	c := atLeastOnce(t, srv, newHistory(ids), rec)
+	dead := srv.Client(t).XLen(context.Background(), deadKey).Val()
+	report(t, scenario{Name: "slow handlers " + row.name + " " + mode, Runs: w1.runs + w2.runs, counts: c})
+	if c.Duplicates != 0 || dead != 0 {
+		t.Fatalf("no worker died or stopped, yet %d duplicates and %d dead letters: %s", c.Duplicates, dead, c)
+	}
+}
+
+// TestWorker_ScheduledRunsKilledAtRandom runs workers the way a scheduler
+// does (--max-duration), with handlers of 20-200 ms, and kills runs at
+// random moments with SIGKILL or SIGTERM. No handler ever fails, so with
+// --max-attempts 2 nothing may be dead-lettered: a kill burns an attempt
+// only on entries whose handler started, and a slow batch acks its
+// successes as they come. Duplicates come only from kills just after a
+// handler finished, before its ack; with --dedupe-ttl the marker closes
+// that window too.
+func TestWorker_ScheduledRunsKilledAtRandom(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"plain", nil}, {"dedupe-ttl", []string{"--dedupe-ttl", "1h"}}, {"concurrency-8", []string{"--concurrency", "8"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			scheduledKills(t, mode.name, mode.args)
+		})
+	}
+}
+
+func scheduledKills(t *testing.T, mode string, modeArgs []string) {
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	entries, rounds := tier(150, 600), tier(12, 40)
+	ids := feed(t, env, entries)
+	rec := filepath.Join(t.TempDir(), "handled")
+	handler := []string{"--", "sh", "-c", `read -r line; sleep $(printf '0.%03d' $(( $(od -An -N1 -tu1 /dev/urandom) % 180 + 20 ))); echo "$line" >> "` + rec + `"`}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	sigkills, sigterms := 0, 0
+	for i := range rounds {
+		args := append([]string{"--consumer", []string{"w1", "w2"}[i%2], "--max-attempts", "2", "--min-idle", "1s",
+			"--block", "300ms", "--max-duration", "3s", "--grace", "1s"}, modeArgs...)
+		cmd, _, errOut := startWorker(t, env, append(args, handler...)...)
+		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
+		sig := []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM}[rng.IntN(2)]
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		switch {
+		case killedBySignal(err, syscall.SIGKILL):
+			sigkills++
+		case err == nil && sig == syscall.SIGTERM:
+			sigterms++ // or it had finished its --max-duration before the signal
+		case err != nil:
+			t.Fatalf("worker %d after %v: %v\n%s", i, sig, err, errOut)
+		}
+	}
+	t.Logf("%d runs killed with SIGKILL, %d stopped with SIGTERM", sigkills, sigterms)
+	c := checkAtLeastOnce(t, srv, env, ids, rec)
+	dead := srv.Client(t).XLen(context.Background(), deadKey).Val()
+	report(t, scenario{Name: "scheduled runs killed at random " + mode, Runs: rounds + 1, Faults: sigkills + sigterms, counts: c})
+	if dead != 0 {
+		for _, m := range srv.Client(t).XRange(context.Background(), deadKey, "-", "+").Val() {
+			t.Logf("dead letter %s: attempts %v, deliveries %v, %v", m.Values["entry_id"], m.Values["attempts"], m.Values["deliveries"], m.Values["reason"])
+		}
+		t.Fatalf("%d entries that never failed were dead-lettered after %d kills", dead, sigkills)
+	}
+	// A slow batch acks each success within ackEvery (20 ms), and the
+	// running handlers die with the worker: a SIGKILL repeats at most the
+	// handlers that had just finished, about one per concurrent handler; a
+	// SIGTERM repeats nothing.
+	perKill := 2
+	if mode == "concurrency-8" {
+		perKill = 16
+	}
+	if c.Duplicates > sigkills*perKill {
+		t.Fatalf("%d duplicates from %d SIGKILLs (at most %d each): %s", c.Duplicates, sigkills, perKill, c)
+	}
+}
+
+// TestWorker_ExecHandlerDiesWithItsWorker: a SIGKILLed worker takes its
+// running exec handler with it (parent-death signal), so the handler never
+// runs on beside the redelivery of its own entry.
+func TestWorker_ExecHandlerDiesWithItsWorker(t *testing.T) {
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	feed(t, env, 1)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The shell replaces itself with sleep after writing its pid: the
+	// handler process is the one the worker started.
+	cmd, _, _ := startWorker(t, env, "--consumer", "w1", "--", "sh", "-c", `echo $$ > `+pidFile+`; exec sleep 60`)
+	var pid string
+	for deadline := time.Now().Add(10 * time.Second); pid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+	}
+	if pid == "" {
+		t.Fatal("the handler never started")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	for deadline := time.Now().Add(3 * time.Second); processAlive(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(atoi(pid), syscall.SIGKILL)
+			t.Fatalf("exec handler %s outlived its SIGKILLed worker", pid)
+		}
+	}
+	report(t, scenario{Name: "exec handler dies with its SIGKILLed worker", Runs: 1, Faults: 1, Detected: 1})
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}
