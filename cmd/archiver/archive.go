@@ -32,6 +32,7 @@ type env struct {
 	rdb     redis.UniversalClient
 	store   fence.Store
 	dataDir string
+	remote  string // the remote's URL without secrets
 }
 
 func (e *env) close() { e.rdb.Close() }
@@ -75,7 +76,7 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("remote %s: %w", clix.Redact(remote), err)
 	}
-	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir}, nil
+	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote)}, nil
 }
 
 // openArchive opens the archive of one stream (or of a group's dead letters)

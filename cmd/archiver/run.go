@@ -50,6 +50,7 @@ func runCommand() *cli.Command {
 	flags = append(flags,
 		&cli.StringSliceFlag{Name: "stream", EnvVars: []string{"EMQ_STREAM"}, Usage: "stream to archive (repeat for several)"},
 		&cli.BoolFlag{Name: "all", Usage: "archive every stream of the queue (SCAN), dead-letter streams included"},
+		&cli.BoolFlag{Name: "adopt-remote", Usage: "take a remote archive this Redis has no record of as the stream's own (a Redis restored from a backup, an archive from before records were kept); without it such a run refuses to trim"},
 		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
 		&cli.Int64Flag{Name: "slice-entries", Value: 10000, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
 		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
@@ -186,6 +187,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.SliceEntries, a.SliceBytes, a.Exact = c.Int64("slice-entries"), c.Int64("slice-bytes"), c.Bool("exact")
 	a.MaxEntryBytes = c.Int("max-entry-bytes")
 	a.Failpoint = failpointFromEnv()
+	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
 	r.Result, err = a.Run(c.Context, p, func(res archive.Result) {
 		bar.update(t.String(), res)
 		// Return each slice's garbage to the OS: a long run's peak RSS then

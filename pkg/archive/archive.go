@@ -28,9 +28,18 @@ type Archive struct {
 	// "after-fold", graft's "segment-written", "segment-uploaded",
 	// "commit-put", "head-updated", then "after-commit" and "after-trim".
 	Failpoint func(step string)
+	// RemoteName names the remote (without secrets) in the archive's record
+	// in Redis and in errors.
+	RemoteName string
+	// Adopt lets Run take a remote's archive that this Redis has no record
+	// of as the stream's own (a Redis restored from a backup taken before
+	// the archive's first commit, or an archive from before records were
+	// kept). Without it such a run refuses to trim or commit.
+	Adopt bool
 
-	log *stream.Log
-	vol *graft.Volume
+	log      *stream.Log
+	vol      *graft.Volume
+	identity string // the archive's identity, settled by checkIdentity
 }
 
 var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")
@@ -119,8 +128,8 @@ func stateOf(c *graft.Commit) (state, error) {
 	return s, nil
 }
 
-func (s state) meta(first brand.StreamID) map[string]string {
-	return map[string]string{
+func (s state) meta(first brand.StreamID, identity string) map[string]string {
+	return map[string]string{metaIdentity: identity,
 		metaW: s.W.String(), metaFirst: first.String(),
 		metaArchived: strconv.FormatInt(s.Archived, 10), metaMalformed: strconv.FormatInt(s.Malformed, 10),
 		metaBytes: strconv.FormatInt(s.Bytes, 10), metaNextPage: strconv.FormatUint(s.NextPage, 10),

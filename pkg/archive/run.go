@@ -55,6 +55,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if st, err = stateOf(a.vol.Latest()); err != nil {
 		return res, err
 	}
+	if err := a.checkIdentity(ctx); err != nil {
+		return res, err
+	}
 	// A crash between commit and trim leaves archived entries live: trim them.
 	if err := a.trim(ctx, st, &res); err != nil {
 		return res, err
@@ -210,7 +213,7 @@ func (a *Archive) archivable(ctx context.Context, st state, keep int64) (int64, 
 // instead.
 func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (state, error) {
 	a.failpoint("after-fold")
-	c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first))
+	c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
 	var ce *graft.ConflictError
 	if errors.As(err, &ce) {
 		res.LostRaces++
@@ -221,6 +224,9 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 		return st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
 	a.failpoint("after-commit")
+	if err := a.record(ctx, c.LSN, f.next.W); err != nil {
+		return st, err
+	}
 	res.Archived += int64(len(f.pages))
 	res.Commits++
 	res.Bytes += f.bytes
@@ -233,6 +239,9 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 func (a *Archive) trim(ctx context.Context, st state, res *Result) error {
 	if st.W.IsZero() {
 		return nil
+	}
+	if err := a.provenTrim(ctx, st.W); err != nil {
+		return err
 	}
 	min, _ := st.W.Next()
 	if negativeTrim {

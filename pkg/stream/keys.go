@@ -20,6 +20,7 @@ const maxNameLen = 128
 //
 //	<prefix>:{<queue>}:stream:<stream>              the stream itself
 //	<prefix>:{<queue>}:kinds                         the kind of ids each stream holds (hash: stream -> kind)
+//	<prefix>:{<queue>}:archive:<stream>[:dead:<group>] what Redis records of the stream's archive (hash)
 //	<prefix>:{<queue>}:dead:<stream>:<group>         a group's dead letters (a stream of the same kind)
 //	<prefix>:{<queue>}:done:<stream>:<group>:<id>    dedupe marker of a handled entry (string, with a TTL)
 //	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
@@ -110,3 +111,12 @@ func (k Keyspace) Attempts(stream, group string) string {
 // Kinds returns the key of the queue's hash of stream kinds: stream name to
 // the kind of branded id it holds, recorded by its first append.
 func (k Keyspace) Kinds() string { return k.base() + "kinds" }
+
+// Archived returns the key of what Redis records of a stream's archive
+// (deadGroup "" for the stream itself, else of that group's dead letters).
+func (k Keyspace) Archived(stream, deadGroup string) string {
+	if deadGroup != "" {
+		return k.base() + "archive:" + stream + ":dead:" + deadGroup
+	}
+	return k.base() + "archive:" + stream
+}

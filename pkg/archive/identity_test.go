@@ -1,0 +1,112 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// other is a second Redis with a stream of the same name, sharing e's remote.
+func (e *env) other(t *testing.T) *env {
+	t.Helper()
+	rdb := testserver.Redis(t).Client(t)
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{rdb: rdb, log: l, store: e.store}
+}
+
+func xlen(t *testing.T, e *env) int64 {
+	t.Helper()
+	return e.rdb.XLen(context.Background(), e.log.Key()).Val()
+}
+
+// Two Redis (staging and prod) with the same queue and stream names share a
+// bucket prefix: the second one's run refuses to trim by the first one's
+// watermark, and its stream keeps every entry.
+func TestArchive_SharedPrefixIsRefused(t *testing.T) {
+	ctx := context.Background()
+	prod := newEnv(t)
+	prod.appendN(t, 20)
+	if _, err := prod.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	staging := prod.other(t)
+	staging.appendN(t, 20) // minted after prod's, so prod's W is below this stream's top
+	res, err := staging.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil)
+	if !errors.Is(err, archive.ErrNotThisArchive) || res.Trimmed != 0 || res.Archived != 0 {
+		t.Fatalf("run on the second Redis: %+v, %v", res, err)
+	}
+	if n := xlen(t, staging); n != 20 {
+		t.Fatalf("the second Redis's stream holds %d of 20", n)
+	}
+	// The first Redis goes on archiving.
+	prod.appendN(t, 5)
+	if res, err := prod.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil || res.Archived != 5 {
+		t.Fatalf("prod's next run: %+v, %v", res, err)
+	}
+}
+
+// A watermark above the stream's last generated id is never trimmed by,
+// even when the archive is adopted on purpose.
+func TestArchive_WatermarkAboveTheStreamTopIsRefused(t *testing.T) {
+	ctx := context.Background()
+	prod := newEnv(t)
+	prod.appendN(t, 20)
+	if _, err := prod.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	restored := prod.other(t) // a Redis restored from an old backup: older entries only
+	for i := range 10 {
+		id, _ := brand.New(brand.EVT, brand.StreamID{MS: 1_600_000_000_000 + uint64(i)})
+		if err := restored.log.AppendID(ctx, id, stream.Fields{"n": "old"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := restored.open(t)
+	a.Adopt = true
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 1}, nil)
+	if !errors.Is(err, archive.ErrNotThisArchive) || res.Trimmed != 0 {
+		t.Fatalf("run with W above the top: %+v, %v", res, err)
+	}
+	if n := xlen(t, restored); n != 10 {
+		t.Fatalf("stream holds %d of 10", n)
+	}
+}
+
+// A Redis that archived to one remote refuses a run against another, empty
+// one, naming where its archive is.
+func TestArchive_WrongRemoteIsRefused(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.appendN(t, 20)
+	a := e.open(t)
+	a.RemoteName = "file:///the/right/one"
+	if _, err := a.Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := xlen(t, e)
+	empty, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := &env{rdb: e.rdb, log: e.log, store: empty}
+	_, err = wrong.open(t).Run(ctx, archive.Policy{KeepLast: 1}, nil)
+	if !errors.Is(err, archive.ErrNotThisArchive) || !contains(err, "file:///the/right/one") {
+		t.Fatalf("run against an empty remote: %v", err)
+	}
+	if n := xlen(t, e); n != before {
+		t.Fatalf("stream holds %d, %d before the refused run", n, before)
+	}
+}
+
+func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
