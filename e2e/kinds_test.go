@@ -26,7 +26,9 @@ func TestKinds_OneQueueManyKinds(t *testing.T) {
 		"EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"), "EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache")}
 	kinds := []string{"USR", "RMM", "RND", "JOB", "GES", "EVT"}
 	const perStream = 40
-	envOf := func(kind string) []string { return append(base, "EMQ_STREAM="+strings.ToLower(kind)+"s", "EMQ_GROUP=g") }
+	envOf := func(kind string) []string {
+		return append(base, "EMQ_STREAM="+strings.ToLower(kind)+"s", "EMQ_GROUP=g")
+	}
 	for _, k := range kinds {
 		env := envOf(k)
 		first := silt(t, "", env, "worker", "append", "--kind", k, "n=0")

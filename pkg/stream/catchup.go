@@ -148,10 +148,9 @@ func (r *run) checkGap(ctx context.Context) error {
 	if _, ok := r.c.Payloads.(History); ok {
 		return nil
 	}
-	key := r.c.log.ks.CatchUp(r.c.log.name, r.c.group)
-	n, err := gapCheckScript.Run(ctx, r.c.log.rdb, []string{r.c.log.key, key}, r.c.group).Int64()
+	n, err := r.c.io.checkGap(ctx)
 	if err != nil {
-		return fmt.Errorf("check %s %s for entries trimmed unread: %w", r.c.log.key, r.c.group, err)
+		return err
 	}
 	if n == 0 {
 		return nil
@@ -161,18 +160,8 @@ func (r *run) checkGap(ctx context.Context) error {
 		r.sum.TrimmedUnread += n
 		count = strconv.FormatInt(n, 10)
 	}
-	r.c.Logger.Warn(fmt.Sprintf("%s entries were trimmed before group %s read them; recorded in %s, a run with an archive catches them up", count, r.c.group, key))
+	r.c.Logger.Warn(fmt.Sprintf("%s entries were trimmed before group %s read them; recorded as a catch-up gap, a run with an archive catches them up", count, r.c.group))
 	return nil
-}
-
-// readNewChecked is the `>` read that records gaps (used with a History).
-func (r *run) readNewChecked(ctx context.Context) ([]redis.XMessage, error) {
-	res, err := gapReadScript.Run(ctx, r.c.log.rdb, []string{r.c.log.key, r.c.log.ks.CatchUp(r.c.log.name, r.c.group)},
-		r.c.group, r.c.name, r.count()).Result()
-	if err != nil && !isNil(err) {
-		return nil, err
-	}
-	return scriptMessages(res)
 }
 
 // scriptMessages converts an XREADGROUP reply returned by a script.
@@ -218,33 +207,29 @@ func (r *run) catchUp(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	key, lease := r.c.log.ks.CatchUp(r.c.log.name, r.c.group), r.c.log.ks.Lease(r.c.log.name, r.c.group)
-	defer releaseScript.Run(context.WithoutCancel(ctx), r.c.log.rdb, []string{lease}, r.c.name)
+	defer r.c.io.releaseLease(context.WithoutCancel(ctx))
 	r.leaseHeld = false
 	for !r.stopped(ctx) {
-		head, err := r.c.log.rdb.LIndex(ctx, key, 0).Result()
-		if isNil(err) {
-			return nil
+		head, ok, err := r.c.io.gapHead(ctx)
+		if err != nil || !ok {
+			return err
 		}
+		got, err := r.c.io.takeLease(ctx, r.c.LeaseTTL)
 		if err != nil {
-			return fmt.Errorf("catch-up checkpoint %s: %w", key, err)
+			return err
 		}
-		got, err := leaseScript.Run(ctx, r.c.log.rdb, []string{lease}, r.c.name, r.c.LeaseTTL.Milliseconds()).Int()
-		if err != nil {
-			return fmt.Errorf("catch-up lease %s: %w", lease, err)
-		}
-		if got == 0 { // another consumer of the group is catching up, or died doing so
+		if !got { // another consumer of the group is catching up, or died doing so
 			if !r.leaseHeld && !r.sum.LeaseWait {
-				r.c.Logger.Info("catch-up lease held by another consumer; waiting for it to finish or expire", "lease", lease)
+				r.c.Logger.Info("catch-up lease held by another consumer; waiting for it to finish or expire", "group", r.c.group)
 			}
 			r.leaseHeld, r.sum.LeaseWait = true, true
 			return nil
 		}
 		g, err := parseGap(head)
 		if err != nil {
-			return fmt.Errorf("%s: %w", key, err)
+			return fmt.Errorf("catch-up gap of %s: %w", r.c.group, err)
 		}
-		more, err := r.catchUpBatch(ctx, h, key, head, g)
+		more, err := r.catchUpBatch(ctx, h, head, g)
 		if err != nil || !more {
 			return err
 		}
@@ -254,7 +239,7 @@ func (r *run) catchUp(ctx context.Context) error {
 
 // catchUpBatch handles the next batch of one gap and moves its checkpoint;
 // it returns false when the run should stop catching up.
-func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g gap) (bool, error) {
+func (r *run) catchUpBatch(ctx context.Context, h History, head string, g gap) (bool, error) {
 	from, _ := g.last.Next()
 	to, ok := g.first.Prev()
 	var jobs []*job
@@ -271,7 +256,7 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 		}
 	}
 	if len(jobs) == 0 { // nothing (more) in this gap: drop it
-		return true, r.c.log.rdb.LRem(ctx, key, 1, head).Err()
+		return true, r.c.io.dropGap(ctx, head)
 	}
 	r.sum.CatchUp += int64(len(jobs))
 	if err := r.priorStarts(ctx, jobs); err != nil {
@@ -293,8 +278,8 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 	}
 	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	if err := r.c.log.rdb.LSet(wctx, key, 0, next.String()).Err(); err != nil {
-		return false, fmt.Errorf("catch-up checkpoint %s: %w", key, err)
+	if err := r.c.io.setGapHead(wctx, next.String()); err != nil {
+		return false, err
 	}
 	r.c.failpoint("after-checkpoint")
 	return next.attempts == 0, nil
@@ -304,7 +289,6 @@ func (r *run) catchUpBatch(ctx context.Context, h History, key, head string, g g
 // batch runs: handlers slower than LeaseTTL in total must not let a peer
 // take the lease and catch up the same entries. stop ends it.
 func (r *run) keepLease(ctx context.Context) (stop func()) {
-	lease := r.c.log.ks.Lease(r.c.log.name, r.c.group)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -317,9 +301,8 @@ func (r *run) keepLease(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			err := leaseScript.Run(ctx, r.c.log.rdb, []string{lease}, r.c.name, r.c.LeaseTTL.Milliseconds()).Err()
-			if err != nil && ctx.Err() == nil {
-				r.c.Logger.Warn("could not renew the catch-up lease", "lease", lease, "error", err.Error())
+			if _, err := r.c.io.takeLease(ctx, r.c.LeaseTTL); err != nil && ctx.Err() == nil {
+				r.c.Logger.Warn("could not renew the catch-up lease", "group", r.c.group, "error", err.Error())
 			}
 		}
 	}()

@@ -1,9 +1,6 @@
 package stream
 
 import (
-	"context"
-	"errors"
-
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,27 +45,3 @@ for _, id in ipairs(res[3] or {}) do
 end
 return res
 `)
-
-// claimRecorded runs claimScript: it returns the claimed entries, the next
-// cursor and how many deleted entries it recorded as gaps.
-func (r *run) claimRecorded(ctx context.Context) ([]redis.XMessage, string, int, error) {
-	res, err := claimScript.Run(ctx, r.c.log.rdb, []string{r.c.log.key, r.c.log.ks.CatchUp(r.c.log.name, r.c.group)},
-		r.c.group, r.c.name, r.c.MinIdle.Milliseconds(), r.cursor, r.count()).Slice()
-	if err != nil {
-		return nil, "", 0, err
-	}
-	if len(res) < 2 {
-		return nil, "", 0, errors.New("unexpected XAUTOCLAIM reply from script")
-	}
-	next, _ := res[0].(string)
-	msgs, err := scriptEntries(res[1])
-	if err != nil {
-		return nil, "", 0, err
-	}
-	deleted := 0
-	if len(res) > 2 {
-		d, _ := res[2].([]any)
-		deleted = len(d)
-	}
-	return msgs, next, deleted, nil
-}

@@ -3,10 +3,8 @@ package stream
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +41,7 @@ type Consumer struct {
 	dead  *Log
 	group string
 	name  string
+	io    groupIO // all the run says to Redis (groupio.go)
 }
 
 // NewConsumer returns consumer name of group on the log's stream.
@@ -57,7 +56,7 @@ func NewConsumer(l *Log, group, name string) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{log: l, dead: dead, group: group, name: name}
+	c := &Consumer{log: l, dead: dead, group: group, name: name, io: newRedisGroup(l, dead, group, name)}
 	c.defaults()
 	return c, nil
 }
@@ -124,21 +123,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
 
 // EnsureGroup creates the group at the start of the stream (and the stream
 // if missing). An existing group is fine.
-func (c *Consumer) EnsureGroup(ctx context.Context) error {
-	err := c.log.rdb.XGroupCreateMkStream(ctx, c.log.key, c.group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("xgroup create %s %s: %w", c.log.key, c.group, err)
-	}
-	return nil
-}
-
-// forgetScript removes a consumer only if it has nothing pending, checked in
-// the same atomic step: XGROUP DELCONSUMER would make pending entries unclaimable.
-var forgetScript = redis.NewScript(`
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
-if #p > 0 then return -1 end
-return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
-`)
+func (c *Consumer) EnsureGroup(ctx context.Context) error { return c.io.ensureGroup(ctx) }
 
 // ForgetStale removes consumers of the group, other than this one, that have
 // nothing pending and have been idle longer than ForgetAfter. It returns how
@@ -147,25 +132,11 @@ func (c *Consumer) ForgetStale(ctx context.Context) (int64, error) {
 	if c.ForgetAfter < 0 {
 		return 0, nil
 	}
-	consumers, err := c.log.rdb.XInfoConsumers(ctx, c.log.key, c.group).Result()
-	if err != nil {
-		return 0, fmt.Errorf("xinfo consumers %s %s: %w", c.log.key, c.group, err)
+	removed, err := c.io.forgetIdle(ctx, c.ForgetAfter)
+	for _, name := range removed {
+		c.Logger.Info("removed stale consumer", "group", c.group, "consumer", name, "idle_over", c.ForgetAfter.String())
 	}
-	var removed int64
-	for _, k := range consumers {
-		if k.Name == c.name || k.Pending > 0 || k.Idle < c.ForgetAfter {
-			continue
-		}
-		n, err := forgetScript.Run(ctx, c.log.rdb, []string{c.log.key}, c.group, k.Name).Int64()
-		if err != nil {
-			return removed, fmt.Errorf("forget consumer %s of %s %s: %w", k.Name, c.log.key, c.group, err)
-		}
-		if n >= 0 {
-			removed++
-			c.Logger.Info("removed stale consumer", "group", c.group, "consumer", k.Name, "idle", k.Idle.String())
-		}
-	}
-	return removed, nil
+	return int64(len(removed)), err
 }
 
 func (c *Consumer) failpoint(name string) {

@@ -106,10 +106,14 @@ func (r *run) before(ctx context.Context, jobs []*job) error {
 // and the handler starts recorded for them. Entries no longer pending for us
 // (a peer reclaimed or acked them since) are dropped.
 func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) ([]*job, error) {
-	counts := map[string]int64{}
+	var deliveries map[string]int64
 	if src != fromNew {
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
 		var err error
-		if counts, err = r.attempts(ctx, msgs); err != nil {
+		if deliveries, _, err = r.c.io.counts(ctx, ids, true); err != nil {
 			return nil, err
 		}
 	}
@@ -120,7 +124,7 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		if err != nil {
 			return nil, err
 		}
-		n, ok := counts[m.ID]
+		n, ok := deliveries[m.ID]
 		switch {
 		case src == fromNew:
 			n = 1
@@ -232,30 +236,27 @@ func (r *run) dedupe(ctx context.Context, jobs []*job) error {
 	if r.c.DedupeTTL <= 0 {
 		return nil
 	}
-	pipe := r.c.log.rdb.Pipeline()
-	checks := map[*job]*redis.IntCmd{}
+	var check []*job
+	var ids []string
 	for _, j := range jobs {
 		if j.fate == fateRun {
-			checks[j] = pipe.Exists(ctx, r.doneKey(j))
+			check, ids = append(check, j), append(ids, j.d.ID.String())
 		}
 	}
-	if len(checks) == 0 {
+	if len(check) == 0 {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("dedupe check in %s: %w", r.c.log.key, err)
+	done, err := r.c.io.marked(ctx, ids)
+	if err != nil {
+		return err
 	}
-	for j, cmd := range checks {
-		if cmd.Val() > 0 {
+	for i, j := range check {
+		if done[i] {
 			j.fate = fateAck
 			r.sum.DuplicatesSkipped++
 		}
 	}
 	return nil
-}
-
-func (r *run) doneKey(j *job) string {
-	return r.c.log.ks.Done(r.c.log.name, r.c.group, j.d.ID.String())
 }
 
 // execute runs the handlers, at most Concurrency at a time, in batch order,
@@ -328,7 +329,7 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	j.err = call(hctx, r.h, j.d)
 	if j.err == nil && r.c.DedupeTTL > 0 {
 		wctx, cancel := r.writeCtx(ctx)
-		if err := r.c.log.rdb.Set(wctx, r.doneKey(j), "1", r.c.DedupeTTL).Err(); err != nil {
+		if err := r.c.io.mark(wctx, j.d.ID.String(), r.c.DedupeTTL); err != nil {
 			r.c.Logger.Warn("could not write dedupe marker", "id", j.d.ID.String(), "error", err.Error())
 		}
 		cancel()
@@ -391,12 +392,8 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 		r.acks = append(r.acks, acks...)
 		r.sum.Acked += int64(len(acks))
 	} else if len(acks) > 0 {
-		_, err := r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			r.queueAcks(ctx, p, acks)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, err)
+		if err := r.c.io.ack(ctx, acks); err != nil {
+			return err
 		}
 		r.sum.Acked += int64(len(acks))
 	}
@@ -410,13 +407,6 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 		r.sum.DeadLettered++
 	}
 	return nil
-}
-
-// queueAcks queues the ack of ids and the removal of their start records.
-func (r *run) queueAcks(ctx context.Context, p redis.Pipeliner, ids []string) *redis.IntCmd {
-	ack := p.XAck(ctx, r.c.log.key, r.c.group, ids...)
-	p.HDel(ctx, r.c.log.ks.Attempts(r.c.log.name, r.c.group), ids...)
-	return ack
 }
 
 // deadLetter writes the entry to the group's dead-letter stream and acks it
@@ -440,9 +430,8 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	if j.d.Fields == nil { // trimmed, or oversized: nothing a retry could hand a handler
 		rec["no_payload"] = "1"
 	}
-	ack := func(pipe redis.Pipeliner) { r.queueAcks(ctx, pipe, []string{j.sid}) }
-	if _, err := r.c.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
-		return fmt.Errorf("dead-letter %s to %s: %w", j.d.StreamID, r.c.dead.key, err)
+	if err := r.c.io.deadLetter(ctx, rec, j.sid); err != nil {
+		return err
 	}
 	r.c.Logger.Info("dead-lettered", "entry", j.entryID(), "stream_id", j.d.StreamID.String(), "reason", j.reason)
 	return nil
@@ -451,7 +440,7 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 // acked records that the carried acks were sent (err nil) or failed.
 func (r *run) acked(err error) error {
 	if err != nil {
-		return fmt.Errorf("ack %d entries in %s %s: %w", len(r.acks), r.c.log.key, r.c.group, err)
+		return err
 	}
 	r.acks = r.acks[:0]
 	return nil
@@ -465,12 +454,7 @@ func (r *run) flushAcks(ctx context.Context) error {
 	}
 	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	var ack *redis.IntCmd
-	r.c.log.rdb.Pipelined(wctx, func(p redis.Pipeliner) error {
-		ack = r.queueAcks(wctx, p, r.acks)
-		return nil
-	})
-	return r.acked(ack.Err())
+	return r.acked(r.c.io.ack(wctx, r.acks))
 }
 
 // ackEarly acks every job before it runs: the negative control's broken
@@ -481,6 +465,6 @@ func (r *run) ackEarly(ctx context.Context, jobs []*job) {
 		ids = append(ids, j.sid)
 	}
 	if len(ids) > 0 {
-		r.c.log.rdb.XAck(ctx, r.c.log.key, r.c.group, ids...)
+		r.c.io.ack(ctx, ids)
 	}
 }

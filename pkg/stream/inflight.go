@@ -2,8 +2,6 @@ package stream
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -37,7 +35,6 @@ const (
 type starts struct {
 	r    *run
 	jobs []*job // runnable, in the order they start
-	key  string
 
 	mu     sync.Mutex
 	next   int       // jobs[:next] are recorded
@@ -47,7 +44,7 @@ type starts struct {
 }
 
 func (r *run) newStarts(jobs []*job) *starts {
-	return &starts{r: r, jobs: jobs, key: r.c.log.ks.Attempts(r.c.log.name, r.c.group)}
+	return &starts{r: r, jobs: jobs}
 }
 
 // record makes sure jobs[i]'s start is recorded before its handler runs,
@@ -89,24 +86,23 @@ func (s *starts) adapt() {
 	}
 }
 
-// write records the starts of a window: first starts with one HSET, a
-// repeated start with HINCRBY (its count is the server's answer).
+// write records the starts of a window: first starts in one round trip, a
+// repeated start alone (its count is the server's answer).
 func (s *starts) write(ctx context.Context, w []*job) error {
-	rdb := s.r.c.log.rdb
 	if len(w) == 1 && w[0].prior > 0 {
-		n, err := rdb.HIncrBy(ctx, s.key, w[0].sid, 1).Result()
+		n, err := s.r.c.io.recordStart(ctx, w[0].sid)
 		if err != nil {
-			return fmt.Errorf("record handler start of %s in %s: %w", w[0].d.StreamID, s.key, err)
+			return err
 		}
 		w[0].d.Attempts, w[0].recorded = n, true
 		return nil
 	}
-	args := make([]any, 0, 2*len(w))
-	for _, j := range w {
-		args = append(args, j.sid, "1")
+	ids := make([]string, len(w))
+	for i, j := range w {
+		ids[i] = j.sid
 	}
-	if err := rdb.HSet(ctx, s.key, args...).Err(); err != nil {
-		return fmt.Errorf("record %d handler starts in %s: %w", len(w), s.key, err)
+	if err := s.r.c.io.recordFirstStarts(ctx, ids); err != nil {
+		return err
 	}
 	for _, j := range w {
 		j.d.Attempts, j.recorded = 1, true
@@ -120,27 +116,20 @@ func (s *starts) write(ctx context.Context, w []*job) error {
 func (s *starts) undo(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pipe := s.r.c.log.rdb.Pipeline()
-	n := 0
+	prior := map[string]int64{}
 	for _, j := range s.jobs[:s.next] {
-		if !j.recorded || j.started.Load() {
-			continue
+		if j.recorded && !j.started.Load() {
+			prior[j.sid] = j.prior
+			j.recorded, j.d.Attempts = false, j.prior
 		}
-		if j.prior == 0 {
-			pipe.HDel(ctx, s.key, j.sid)
-		} else {
-			pipe.HSet(ctx, s.key, j.sid, j.prior)
-		}
-		j.recorded, j.d.Attempts = false, j.prior
-		n++
 	}
-	if n == 0 {
+	if len(prior) == 0 {
 		return
 	}
 	wctx, cancel := s.r.writeCtx(ctx)
 	defer cancel()
-	if _, err := pipe.Exec(wctx); err != nil {
-		s.r.c.Logger.Warn("could not take back unstarted attempts", "entries", n, "error", err.Error())
+	if err := s.r.c.io.restoreStarts(wctx, prior); err != nil {
+		s.r.c.Logger.Warn("could not take back unstarted attempts", "entries", len(prior), "error", err.Error())
 	}
 }
 
@@ -151,25 +140,16 @@ func (r *run) priorStarts(ctx context.Context, jobs []*job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	key := r.c.log.ks.Attempts(r.c.log.name, r.c.group)
 	ids := make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i] = j.sid
 	}
-	vals, err := r.c.log.rdb.HMGet(ctx, key, ids...).Result()
+	_, starts, err := r.c.io.counts(ctx, ids, false)
 	if err != nil {
-		return fmt.Errorf("read handler starts from %s: %w", key, err)
+		return err
 	}
-	for i, v := range vals {
-		s, _ := v.(string)
-		if s == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%s: field %s holds %q, not a count of starts", key, ids[i], s)
-		}
-		jobs[i].prior = n
+	for _, j := range jobs {
+		j.prior = starts[j.sid]
 	}
 	return nil
 }
@@ -211,7 +191,7 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 	if leasesOff || r.c.MinIdle < minRenewIdle {
 		return func() {}
 	}
-	var ids []any
+	var ids []string
 	for _, j := range jobs {
 		if j.inPEL {
 			ids = append(ids, j.sid)
@@ -242,11 +222,10 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 
 // renew runs renewScript over ids; a failure is logged, not fatal: the
 // worst it allows is a peer handling an entry this run also handles.
-func (r *run) renew(ctx context.Context, ids []any) {
+func (r *run) renew(ctx context.Context, ids []string) {
 	wctx, cancel := context.WithTimeout(ctx, r.c.MinIdle/2)
 	defer cancel()
-	args := append([]any{r.c.group, r.c.name}, ids...)
-	n, err := renewScript.Run(wctx, r.c.log.rdb, []string{r.c.log.key}, args...).Int64()
+	n, err := r.c.io.renew(wctx, ids)
 	if err != nil && ctx.Err() == nil {
 		r.c.Logger.Warn("could not renew in-flight entries", "entries", len(ids), "error", err.Error())
 		return
@@ -297,12 +276,7 @@ func (e *earlyAcks) add(ctx context.Context, j *job) {
 	}
 	wctx, cancel := e.r.writeCtx(ctx)
 	defer cancel()
-	var ack *redis.IntCmd
-	e.r.c.log.rdb.Pipelined(wctx, func(p redis.Pipeliner) error {
-		ack = e.r.queueAcks(wctx, p, ids)
-		return nil
-	})
-	if err := ack.Err(); err != nil {
+	if err := e.r.c.io.ack(wctx, ids); err != nil {
 		e.r.c.Logger.Warn("could not ack finished entries early; the batch's ack retries", "entries", len(ids), "error", err.Error())
 		return
 	}

@@ -185,16 +185,10 @@ func (r *run) drain(ctx context.Context) error {
 	cursor := "0"
 	for !r.stopped(ctx) {
 		readAt := time.Now()
-		res, err := r.c.log.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, cursor}, Count: r.count(), Block: -1,
-		}).Result()
-		if err != nil && !isNil(err) {
-			return fmt.Errorf("drain pending of %s in %s %s: %w", r.c.name, r.c.log.key, r.c.group, err)
+		msgs, err := r.c.io.readPending(ctx, cursor, r.count())
+		if err != nil || len(msgs) == 0 {
+			return err
 		}
-		if len(res) == 0 || len(res[0].Messages) == 0 {
-			return nil
-		}
-		msgs := res[0].Messages
 		cursor = msgs[len(msgs)-1].ID
 		if err := r.handle(ctx, msgs, nil, fromPEL, readAt); err != nil {
 			return err
@@ -227,27 +221,15 @@ func (r *run) beat(ctx context.Context) (int, error) {
 	_, history := r.c.Payloads.(History)
 	total, recorded := 0, 0
 	for !r.stopped(ctx) {
-		var msgs []redis.XMessage
-		var next string
-		var deleted []string
-		var err error
 		readAt := time.Now()
-		if history {
-			var n int
-			msgs, next, n, err = r.claimRecorded(ctx)
-			recorded += n
-			total += n
-		} else {
-			msgs, next, deleted, err = r.c.log.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-				Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
-				MinIdle: r.c.MinIdle, Start: r.cursor, Count: r.count(),
-			}).Result()
-		}
+		c, err := r.c.io.autoclaim(ctx, r.c.MinIdle, r.cursor, r.count(), history)
 		if err != nil {
-			return total, fmt.Errorf("xautoclaim %s %s: %w", r.c.log.key, r.c.group, err)
+			return total, err
 		}
-		r.cursor = next
-		total += len(msgs) + len(deleted)
+		r.cursor = c.next
+		recorded += c.recorded
+		total += c.recorded + len(c.msgs) + len(c.deleted)
+		msgs, next, deleted := c.msgs, c.next, c.deleted
 		if err := r.handle(ctx, msgs, deleted, fromClaim, readAt); err != nil {
 			return total, err
 		}
@@ -283,7 +265,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			if ctx.Err() != nil {
 				return 0, nil
 			}
-			return 0, fmt.Errorf("read new from %s %s: %w", r.c.log.key, r.c.group, err)
+			return 0, err
 		}
 		if len(msgs) > 0 {
 			n, err := r.handleNew(ctx, msgs, readAt)
@@ -368,44 +350,16 @@ func sleep(ctx context.Context, d time.Duration) {
 // only returns entries appended while it waits, after which no gap can hide.
 func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
 	if _, ok := r.c.Payloads.(History); ok {
-		msgs, err := r.readNewChecked(ctx)
+		msgs, err := r.c.io.readNewRecordingGaps(ctx, r.count())
 		if err != nil || len(msgs) > 0 || block < 0 {
 			return msgs, err
 		}
 	}
-	msgs, ackErr, err := r.xreadgroup(ctx, block, r.count(), r.acks)
+	msgs, ackErr, err := r.c.io.readNew(ctx, block, r.count(), r.acks)
 	if err := r.acked(ackErr); err != nil {
 		return nil, err
 	}
 	return msgs, err
-}
-
-// xreadgroup reads up to count new entries, with acks (when any) sent first
-// in the same round trip. It touches no state of the run, so a prefetch can
-// run it while a batch is handled.
-func (r *run) xreadgroup(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error) {
-	args := &redis.XReadGroupArgs{Group: r.c.group, Consumer: r.c.name, Streams: []string{r.c.log.key, ">"}, Count: count, Block: block}
-	var read *redis.XStreamSliceCmd
-	if len(acks) > 0 {
-		var ack *redis.IntCmd
-		r.c.log.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			ack, read = r.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
-			return nil
-		})
-		if ackErr = ack.Err(); ackErr != nil {
-			return nil, ackErr, nil
-		}
-	} else {
-		read = r.c.log.rdb.XReadGroup(ctx, args)
-	}
-	res, err := read.Result()
-	if err != nil && !isNil(err) {
-		return nil, nil, err
-	}
-	if len(res) == 0 {
-		return nil, nil, nil
-	}
-	return res[0].Messages, nil, nil
 }
 
 // prefetched is the outcome of a read issued while a batch was handled.
@@ -437,46 +391,13 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 		// (bounded by WriteTimeout), and a read that does not block is quick.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
 		defer cancel()
-		msgs, ackErr, err := r.xreadgroup(wctx, -1, count, acks)
+		msgs, ackErr, err := r.c.io.readNew(wctx, -1, count, acks)
 		if ackErr != nil {
-			err = fmt.Errorf("ack %d entries in %s %s: %w", len(acks), r.c.log.key, r.c.group, ackErr)
+			err = ackErr
 		}
 		out <- prefetched{msgs, at, err}
 	}()
 	return out
-}
-
-// attempts returns the server's delivery counts of ids pending for this consumer.
-func (r *run) attempts(ctx context.Context, msgs []redis.XMessage) (map[string]int64, error) {
-	out := make(map[string]int64, len(msgs))
-	if len(msgs) == 0 {
-		return out, nil
-	}
-	pending, err := r.c.log.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name,
-		Start: msgs[0].ID, End: msgs[len(msgs)-1].ID, Count: int64(len(msgs)) * 4,
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("xpending %s %s: %w", r.c.log.key, r.c.group, err)
-	}
-	for _, p := range pending {
-		out[p.ID] = p.RetryCount
-	}
-	for _, m := range msgs { // the page can miss some when many others are pending between
-		if _, ok := out[m.ID]; ok {
-			continue
-		}
-		one, err := r.c.log.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: r.c.log.key, Group: r.c.group, Consumer: r.c.name, Start: m.ID, End: m.ID, Count: 1,
-		}).Result()
-		if err != nil {
-			return nil, fmt.Errorf("xpending %s %s %s: %w", r.c.log.key, r.c.group, m.ID, err)
-		}
-		if len(one) == 1 {
-			out[m.ID] = one[0].RetryCount
-		}
-	}
-	return out, nil
 }
 
 // deletedMessages turns ids the server reported deleted into payload-less messages.

@@ -1,0 +1,453 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// groupIO is everything a consumer run says to Redis about its group: the
+// loop (run.go, handle.go, catchup.go, inflight.go) decides, groupIO reads
+// and writes, and nothing else in the loop touches go-redis. Each method is
+// one round trip; errors name the key. redisGroup is the implementation;
+// the loop's decisions are also tested against a fake (groupio_fake_test.go).
+type groupIO interface {
+	groupReader
+	groupWriter
+	catchUpIO
+}
+
+// groupReader reads entries and what is known of them.
+type groupReader interface {
+	// readPending re-reads up to count of this consumer's pending entries
+	// after the stream id after ("0": from the start).
+	readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error)
+	// readNew reads up to count never-delivered entries, blocking up to
+	// block (negative: not at all), with acks sent first in the same round
+	// trip; ackErr is theirs.
+	readNew(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error)
+	// readNewRecordingGaps is readNew without blocking, after recording a
+	// catch-up gap when entries above the group's last-delivered id were
+	// trimmed unread (gapLua).
+	readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error)
+	// autoclaim moves entries idle longer than minIdle to this consumer
+	// (XAUTOCLAIM from cursor). With recordGaps the entries the server
+	// reports deleted are recorded as catch-up gaps in the same step
+	// (claimScript) and only counted; without, their ids are returned.
+	autoclaim(ctx context.Context, minIdle time.Duration, cursor string, count int64, recordGaps bool) (claimed, error)
+	// counts returns, for the ids among msgs still pending for this
+	// consumer, the server's delivery count, and for every id the handler
+	// starts recorded (0 when none).
+	counts(ctx context.Context, ids []string, pendingOnly bool) (deliveries, starts map[string]int64, err error)
+	// marked reports which of the branded ids the group handled within
+	// the dedupe TTL.
+	marked(ctx context.Context, ids []string) ([]bool, error)
+}
+
+// groupWriter records what the loop decided.
+type groupWriter interface {
+	// recordFirstStarts records one start of each id (entries with none yet).
+	recordFirstStarts(ctx context.Context, ids []string) error
+	// recordStart adds a start to id's record and returns the new count.
+	recordStart(ctx context.Context, id string) (int64, error)
+	// restoreStarts puts start records back to prior (0: removed).
+	restoreStarts(ctx context.Context, prior map[string]int64) error
+	// ack acks ids and removes their start records, in one round trip.
+	ack(ctx context.Context, ids []string) error
+	// deadLetter appends rec to the group's dead-letter stream and acks id
+	// (its start record removed) in one MULTI.
+	deadLetter(ctx context.Context, rec Fields, id string) error
+	// mark writes the dedupe marker of a branded id for ttl.
+	mark(ctx context.Context, id string, ttl time.Duration) error
+	// renew resets the idle time of the ids still pending for this consumer
+	// and still in the stream (renewScript); it returns how many.
+	renew(ctx context.Context, ids []string) (int64, error)
+	// ensureGroup creates the group at the stream's start if it is missing.
+	ensureGroup(ctx context.Context) error
+	// forgetIdle removes the group's other consumers idle longer than
+	// olderThan with nothing pending, and returns their names.
+	forgetIdle(ctx context.Context, olderThan time.Duration) ([]string, error)
+}
+
+// catchUpIO keeps a group's catch-up gaps and lease.
+type catchUpIO interface {
+	// checkGap records a gap of entries trimmed before the group read them
+	// and returns how many it holds (0: none new; -1: unknown).
+	checkGap(ctx context.Context) (int64, error)
+	// gapHead returns the first recorded gap; ok is false when none is left.
+	gapHead(ctx context.Context) (head string, ok bool, err error)
+	// setGapHead replaces the first gap (the catch-up checkpoint).
+	setGapHead(ctx context.Context, head string) error
+	// dropGap removes one gap.
+	dropGap(ctx context.Context, gap string) error
+	// takeLease takes or renews the catch-up lease for ttl; false when
+	// another consumer holds it.
+	takeLease(ctx context.Context, ttl time.Duration) (bool, error)
+	// releaseLease drops the lease if this consumer holds it.
+	releaseLease(ctx context.Context)
+}
+
+// claimed is one XAUTOCLAIM step.
+type claimed struct {
+	msgs     []redis.XMessage
+	next     string   // the cursor of the next step ("0-0": the sweep is done)
+	deleted  []string // ids the server reported deleted (without recordGaps)
+	recorded int      // deleted ids recorded as gaps (with recordGaps)
+}
+
+// redisGroup is groupIO on Redis: one consumer of one group of one stream.
+type redisGroup struct {
+	rdb                      Client
+	ks                       Keyspace
+	stream, key              string // the stream's name and key
+	group, consumer          string
+	attempts, gaps, leaseKey string
+	dead                     *Log
+}
+
+var _ groupIO = (*redisGroup)(nil)
+
+func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
+	return &redisGroup{rdb: l.rdb, ks: l.ks, stream: l.name, key: l.key, group: group, consumer: consumer,
+		attempts: l.ks.Attempts(l.name, group), gaps: l.ks.CatchUp(l.name, group), leaseKey: l.ks.Lease(l.name, group), dead: dead}
+}
+
+func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error) {
+	res, err := g.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: g.group, Consumer: g.consumer, Streams: []string{g.key, after}, Count: count, Block: -1,
+	}).Result()
+	if err != nil && !isNil(err) {
+		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[0].Messages, nil
+}
+
+func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error) {
+	args := &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block}
+	var read *redis.XStreamSliceCmd
+	if len(acks) > 0 {
+		var ack *redis.IntCmd
+		g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			ack, read = g.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
+			return nil
+		})
+		if ackErr = ack.Err(); ackErr != nil {
+			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks), g.key, g.group, ackErr), nil
+		}
+	} else {
+		read = g.rdb.XReadGroup(ctx, args)
+	}
+	res, err := read.Result()
+	if err != nil && !isNil(err) {
+		return nil, nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
+	}
+	if len(res) == 0 {
+		return nil, nil, nil
+	}
+	return res[0].Messages, nil, nil
+}
+
+func (g *redisGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
+	res, err := gapReadScript.Run(ctx, g.rdb, []string{g.key, g.gaps}, g.group, g.consumer, count).Result()
+	if err != nil && !isNil(err) {
+		return nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
+	}
+	return scriptMessages(res)
+}
+
+func (g *redisGroup) autoclaim(ctx context.Context, minIdle time.Duration, cursor string, count int64, recordGaps bool) (claimed, error) {
+	var c claimed
+	var err error
+	if recordGaps {
+		c, err = g.claimRecorded(ctx, minIdle, cursor, count)
+	} else {
+		c.msgs, c.next, c.deleted, err = g.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer, MinIdle: minIdle, Start: cursor, Count: count,
+		}).Result()
+	}
+	if err != nil {
+		return c, fmt.Errorf("xautoclaim %s %s: %w", g.key, g.group, err)
+	}
+	return c, nil
+}
+
+// claimRecorded runs claimScript.
+func (g *redisGroup) claimRecorded(ctx context.Context, minIdle time.Duration, cursor string, count int64) (claimed, error) {
+	var c claimed
+	res, err := claimScript.Run(ctx, g.rdb, []string{g.key, g.gaps}, g.group, g.consumer, minIdle.Milliseconds(), cursor, count).Slice()
+	if err != nil {
+		return c, err
+	}
+	if len(res) < 2 {
+		return c, errors.New("unexpected XAUTOCLAIM reply from script")
+	}
+	c.next, _ = res[0].(string)
+	if c.msgs, err = scriptEntries(res[1]); err != nil {
+		return c, err
+	}
+	if len(res) > 2 {
+		d, _ := res[2].([]any)
+		c.recorded = len(d)
+	}
+	return c, nil
+}
+
+func (g *redisGroup) counts(ctx context.Context, ids []string, pendingOnly bool) (deliveries, starts map[string]int64, err error) {
+	deliveries, starts = make(map[string]int64, len(ids)), make(map[string]int64, len(ids))
+	if len(ids) == 0 {
+		return deliveries, starts, nil
+	}
+	var pending *redis.XPendingExtCmd
+	var recorded *redis.SliceCmd
+	g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if pendingOnly {
+			pending = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: g.key, Group: g.group, Consumer: g.consumer,
+				Start: ids[0], End: ids[len(ids)-1], Count: int64(len(ids)) * 4})
+		}
+		recorded = p.HMGet(ctx, g.attempts, ids...)
+		return nil
+	})
+	if pendingOnly {
+		if err := g.pendingOf(ctx, ids, pending, deliveries); err != nil {
+			return nil, nil, err
+		}
+	}
+	vals, err := recorded.Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read handler starts from %s: %w", g.attempts, err)
+	}
+	for i, v := range vals {
+		s, _ := v.(string)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("%s: field %s holds %q, not a count of starts", g.attempts, ids[i], s)
+		}
+		starts[ids[i]] = n
+	}
+	return deliveries, starts, nil
+}
+
+// pendingOf fills out with the delivery counts of the ids pending for this
+// consumer: from the range's page, then one by one for those the page missed
+// (it can, when many others are pending in between).
+func (g *redisGroup) pendingOf(ctx context.Context, ids []string, page *redis.XPendingExtCmd, out map[string]int64) error {
+	pending, err := page.Result()
+	if err != nil {
+		return fmt.Errorf("xpending %s %s: %w", g.key, g.group, err)
+	}
+	for _, p := range pending {
+		out[p.ID] = p.RetryCount
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		one, err := g.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer, Start: id, End: id, Count: 1,
+		}).Result()
+		if err != nil {
+			return fmt.Errorf("xpending %s %s %s: %w", g.key, g.group, id, err)
+		}
+		if len(one) == 1 {
+			out[id] = one[0].RetryCount
+		}
+	}
+	return nil
+}
+
+func (g *redisGroup) marked(ctx context.Context, ids []string) ([]bool, error) {
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Exists(ctx, g.ks.Done(g.stream, g.group, id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedupe check in %s: %w", g.key, err)
+	}
+	out := make([]bool, len(ids))
+	for i, c := range cmds {
+		out[i] = c.Val() > 0
+	}
+	return out, nil
+}
+
+func (g *redisGroup) recordFirstStarts(ctx context.Context, ids []string) error {
+	args := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		args = append(args, id, "1")
+	}
+	if err := g.rdb.HSet(ctx, g.attempts, args...).Err(); err != nil {
+		return fmt.Errorf("record %d handler starts in %s: %w", len(ids), g.attempts, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) recordStart(ctx context.Context, id string) (int64, error) {
+	n, err := g.rdb.HIncrBy(ctx, g.attempts, id, 1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("record handler start of %s in %s: %w", id, g.attempts, err)
+	}
+	return n, nil
+}
+
+func (g *redisGroup) restoreStarts(ctx context.Context, prior map[string]int64) error {
+	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for id, n := range prior {
+			if n == 0 {
+				p.HDel(ctx, g.attempts, id)
+			} else {
+				p.HSet(ctx, g.attempts, id, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("restore %d handler start records in %s: %w", len(prior), g.attempts, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) ack(ctx context.Context, ids []string) error {
+	var ack *redis.IntCmd
+	g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ack = g.queueAcks(ctx, p, ids)
+		return nil
+	})
+	if err := ack.Err(); err != nil {
+		return fmt.Errorf("ack %d entries in %s %s: %w", len(ids), g.key, g.group, err)
+	}
+	return nil
+}
+
+// queueAcks queues the ack of ids and the removal of their start records.
+func (g *redisGroup) queueAcks(ctx context.Context, p redis.Pipeliner, ids []string) *redis.IntCmd {
+	ack := p.XAck(ctx, g.key, g.group, ids...)
+	p.HDel(ctx, g.attempts, ids...)
+	return ack
+}
+
+func (g *redisGroup) deadLetter(ctx context.Context, rec Fields, id string) error {
+	ack := func(p redis.Pipeliner) { g.queueAcks(ctx, p, []string{id}) }
+	if _, err := g.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
+		return fmt.Errorf("dead-letter %s to %s: %w", id, g.dead.key, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) mark(ctx context.Context, id string, ttl time.Duration) error {
+	key := g.ks.Done(g.stream, g.group, id)
+	if err := g.rdb.Set(ctx, key, "1", ttl).Err(); err != nil {
+		return fmt.Errorf("dedupe marker %s: %w", key, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) renew(ctx context.Context, ids []string) (int64, error) {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, g.group, g.consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := renewScript.Run(ctx, g.rdb, []string{g.key}, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("renew %d in-flight entries of %s %s: %w", len(ids), g.key, g.group, err)
+	}
+	return n, nil
+}
+
+func (g *redisGroup) checkGap(ctx context.Context) (int64, error) {
+	n, err := gapCheckScript.Run(ctx, g.rdb, []string{g.key, g.gaps}, g.group).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("check %s %s for entries trimmed unread: %w", g.key, g.group, err)
+	}
+	return n, nil
+}
+
+func (g *redisGroup) gapHead(ctx context.Context) (string, bool, error) {
+	head, err := g.rdb.LIndex(ctx, g.gaps, 0).Result()
+	if isNil(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("catch-up checkpoint %s: %w", g.gaps, err)
+	}
+	return head, true, nil
+}
+
+func (g *redisGroup) setGapHead(ctx context.Context, head string) error {
+	if err := g.rdb.LSet(ctx, g.gaps, 0, head).Err(); err != nil {
+		return fmt.Errorf("catch-up checkpoint %s: %w", g.gaps, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) dropGap(ctx context.Context, gap string) error {
+	if err := g.rdb.LRem(ctx, g.gaps, 1, gap).Err(); err != nil {
+		return fmt.Errorf("catch-up checkpoint %s: %w", g.gaps, err)
+	}
+	return nil
+}
+
+func (g *redisGroup) takeLease(ctx context.Context, ttl time.Duration) (bool, error) {
+	got, err := leaseScript.Run(ctx, g.rdb, []string{g.leaseKey}, g.consumer, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("catch-up lease %s: %w", g.leaseKey, err)
+	}
+	return got == 1, nil
+}
+
+func (g *redisGroup) releaseLease(ctx context.Context) {
+	releaseScript.Run(ctx, g.rdb, []string{g.leaseKey}, g.consumer)
+}
+
+// ensureGroup creates the group at the start of the stream (and the stream
+// if missing). An existing group is fine.
+func (g *redisGroup) ensureGroup(ctx context.Context) error {
+	err := g.rdb.XGroupCreateMkStream(ctx, g.key, g.group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("xgroup create %s %s: %w", g.key, g.group, err)
+	}
+	return nil
+}
+
+// forgetScript removes a consumer only if it has nothing pending, checked in
+// the same atomic step: XGROUP DELCONSUMER would make pending entries unclaimable.
+var forgetScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then return -1 end
+return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+`)
+
+func (g *redisGroup) forgetIdle(ctx context.Context, olderThan time.Duration) ([]string, error) {
+	consumers, err := g.rdb.XInfoConsumers(ctx, g.key, g.group).Result()
+	if err != nil {
+		return nil, fmt.Errorf("xinfo consumers %s %s: %w", g.key, g.group, err)
+	}
+	var removed []string
+	for _, k := range consumers {
+		if k.Name == g.consumer || k.Pending > 0 || k.Idle < olderThan {
+			continue
+		}
+		n, err := forgetScript.Run(ctx, g.rdb, []string{g.key}, g.group, k.Name).Int64()
+		if err != nil {
+			return removed, fmt.Errorf("forget consumer %s of %s %s: %w", k.Name, g.key, g.group, err)
+		}
+		if n >= 0 {
+			removed = append(removed, k.Name)
+		}
+	}
+	return removed, nil
+}

@@ -1,0 +1,259 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// fakeGroup is groupIO in memory: one stream, one group, one consumer, with
+// errors injected where a test asks. It lets the loop's decisions be tested
+// without Redis (what Redis itself does is tested against redis-server).
+type fakeGroup struct {
+	mu        sync.Mutex
+	entries   []redis.XMessage
+	delivered int              // entries[:delivered] were read by the group
+	pel       map[string]int64 // pending id -> deliveries
+	starts    map[string]int64
+	dead      []Fields
+	acks      [][]string // every ack call's ids
+	ackErr    error      // every ack fails with it
+	startErr  error      // every start record fails with it
+}
+
+var _ groupIO = (*fakeGroup)(nil)
+
+func newFakeGroup(t *testing.T, n int) (*fakeGroup, *Consumer) {
+	t.Helper()
+	g := &fakeGroup{pel: map[string]int64{}, starts: map[string]int64{}}
+	m, _ := brand.NewMinter(brand.EVT)
+	for i := range n {
+		id := m.Mint()
+		g.entries = append(g.entries, redis.XMessage{ID: id.StreamID.String(), Values: map[string]any{IDField: id.String(), "n": fmt.Sprint(i)}})
+	}
+	ks, _ := NewKeyspace("", "cm")
+	l, err := NewLog(nil, ks, "events", brand.EVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Consumer{log: l, group: "g", name: "w1", io: g, Block: 20 * time.Millisecond, MinIdle: time.Hour}
+	c.defaults()
+	return g, c
+}
+
+func (g *fakeGroup) deliver(msgs []redis.XMessage) {
+	for _, m := range msgs {
+		g.pel[m.ID]++
+	}
+}
+
+func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([]redis.XMessage, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []redis.XMessage
+	for _, m := range g.entries[:g.delivered] {
+		if _, ok := g.pel[m.ID]; ok && (after == "0" || lessID(after, m.ID)) && int64(len(out)) < count {
+			out = append(out, m)
+		}
+	}
+	g.deliver(out)
+	return out, nil
+}
+
+func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks []string) ([]redis.XMessage, error, error) {
+	if len(acks) > 0 {
+		if err := g.ack(ctx, acks); err != nil {
+			return nil, err, nil
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	end := min(g.delivered+int(count), len(g.entries))
+	out := slices.Clone(g.entries[g.delivered:end])
+	g.delivered = end
+	g.deliver(out)
+	return out, nil, nil
+}
+
+func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
+	msgs, _, err := g.readNew(ctx, -1, count, nil)
+	return msgs, err
+}
+
+func (g *fakeGroup) autoclaim(context.Context, time.Duration, string, int64, bool) (claimed, error) {
+	return claimed{next: "0-0"}, nil
+}
+
+func (g *fakeGroup) counts(_ context.Context, ids []string, pendingOnly bool) (map[string]int64, map[string]int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	deliveries, starts := map[string]int64{}, map[string]int64{}
+	for _, id := range ids {
+		if n, ok := g.pel[id]; ok && pendingOnly {
+			deliveries[id] = n
+		}
+		if n := g.starts[id]; n > 0 {
+			starts[id] = n
+		}
+	}
+	return deliveries, starts, nil
+}
+
+func (g *fakeGroup) marked(_ context.Context, ids []string) ([]bool, error) {
+	return make([]bool, len(ids)), nil
+}
+
+func (g *fakeGroup) recordFirstStarts(_ context.Context, ids []string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.startErr != nil {
+		return g.startErr
+	}
+	for _, id := range ids {
+		g.starts[id] = 1
+	}
+	return nil
+}
+
+func (g *fakeGroup) recordStart(_ context.Context, id string) (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.startErr != nil {
+		return 0, g.startErr
+	}
+	g.starts[id]++
+	return g.starts[id], nil
+}
+
+func (g *fakeGroup) restoreStarts(_ context.Context, prior map[string]int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, n := range prior {
+		if g.starts[id] = n; n == 0 {
+			delete(g.starts, id)
+		}
+	}
+	return nil
+}
+
+func (g *fakeGroup) ack(_ context.Context, ids []string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.acks = append(g.acks, slices.Clone(ids))
+	if g.ackErr != nil {
+		return g.ackErr
+	}
+	for _, id := range ids {
+		delete(g.pel, id)
+		delete(g.starts, id)
+	}
+	return nil
+}
+
+func (g *fakeGroup) deadLetter(ctx context.Context, rec Fields, id string) error {
+	g.mu.Lock()
+	g.dead = append(g.dead, rec)
+	g.mu.Unlock()
+	return g.ack(ctx, []string{id})
+}
+
+func (g *fakeGroup) mark(context.Context, string, time.Duration) error { return nil }
+func (g *fakeGroup) renew(_ context.Context, ids []string) (int64, error) {
+	return int64(len(ids)), nil
+}
+func (g *fakeGroup) ensureGroup(context.Context) error                           { return nil }
+func (g *fakeGroup) forgetIdle(context.Context, time.Duration) ([]string, error) { return nil, nil }
+func (g *fakeGroup) checkGap(context.Context) (int64, error)                     { return 0, nil }
+func (g *fakeGroup) gapHead(context.Context) (string, bool, error)               { return "", false, nil }
+func (g *fakeGroup) setGapHead(context.Context, string) error                    { return nil }
+func (g *fakeGroup) dropGap(context.Context, string) error                       { return nil }
+func (g *fakeGroup) takeLease(context.Context, time.Duration) (bool, error)      { return true, nil }
+func (g *fakeGroup) releaseLease(context.Context)                                {}
+
+func lessID(a, b string) bool {
+	x, _ := brand.ParseStreamID(a)
+	y, _ := brand.ParseStreamID(b)
+	return x.Compare(y) < 0
+}
+
+// A failed ack fails the run and leaves the handled entries pending: they
+// are redelivered, never lost.
+func TestLoop_FailedAckFailsTheRun(t *testing.T) {
+	g, c := newFakeGroup(t, 5)
+	g.ackErr = errors.New("connection reset")
+	sum, err := c.Run(context.Background(), func(context.Context, Delivery) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "connection reset") || sum.ExitReason != ExitError {
+		t.Fatalf("run: %+v, %v", sum, err)
+	}
+	if len(g.pel) != 5 {
+		t.Fatalf("%d pending after a failed ack, want 5", len(g.pel))
+	}
+}
+
+// No handler starts without its start recorded.
+func TestLoop_NoStartRecordNoHandler(t *testing.T) {
+	g, c := newFakeGroup(t, 3)
+	g.startErr = errors.New("OOM command not allowed")
+	calls := 0
+	_, err := c.Run(context.Background(), func(context.Context, Delivery) error { calls++; return nil })
+	if err == nil || calls != 0 || len(g.pel) != 3 {
+		t.Fatalf("run: %v, %d handler calls, %d pending", err, calls, len(g.pel))
+	}
+}
+
+// A failing entry is retried by later runs and dead-lettered on its
+// MaxAttempts-th start, with its starts and Redis's deliveries recorded.
+func TestLoop_PoisonGoesAfterMaxStarts(t *testing.T) {
+	g, c := newFakeGroup(t, 2)
+	c.MaxAttempts = 3
+	poison := g.entries[0].ID
+	calls := 0
+	h := func(_ context.Context, d Delivery) error {
+		if d.StreamID.String() == poison {
+			calls++
+			return errors.New("cannot parse amount")
+		}
+		return nil
+	}
+	for range 4 {
+		if _, err := c.Run(context.Background(), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls != 3 || len(g.dead) != 1 || g.dead[0]["attempts"] != "3" || g.dead[0]["deliveries"] != "3" {
+		t.Fatalf("%d calls, dead letters %v", calls, g.dead)
+	}
+	if len(g.pel) != 0 || len(g.starts) != 0 {
+		t.Fatalf("left: pel %v, starts %v", g.pel, g.starts)
+	}
+}
+
+// A quick batch is acked once; a slow one as its handlers finish.
+func TestLoop_AcksQuickBatchesOnceSlowOnesAsTheyGo(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sleep time.Duration
+		acks  int
+	}{{"quick", 0, 1}, {"slow", 30 * time.Millisecond, 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newFakeGroup(t, 4)
+			c.Count, c.DedupeTTL = 4, time.Hour // no carried acks: each ack is a call
+			h := func(context.Context, Delivery) error { time.Sleep(tc.sleep); return nil }
+			if _, err := c.Run(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+			if len(g.acks) < tc.acks || (tc.acks == 1 && len(g.acks) != 1) || len(g.pel) != 0 {
+				t.Fatalf("ack calls %v, want %d", g.acks, tc.acks)
+			}
+		})
+	}
+}
