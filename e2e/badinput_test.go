@@ -201,6 +201,10 @@ func TestBadInput_WrongKindAndMissingID(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	usr, _ := brand.New(brand.USR, brand.StreamID{MS: 1700000000000, Seq: 1})
+	// An EVT stream (its first append recorded the kind) into which another
+	// writer put raw entries; without the record, the stream's first entry
+	// (the USR one) would make it a USR stream.
+	rdb.HSet(ctx, "emq:{cm}:kinds", "events", "EVT")
 	for i, vals := range []map[string]any{{"id": usr.String(), "a": "1"}, {"id": "EVT_nonsense", "a": "2"}, {"a": "3"}} {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: streamKey, ID: fmt.Sprintf("1700000000000-%d", i+1), Values: vals})
 	}
