@@ -117,14 +117,18 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// webhookHandler POSTs each delivery. 2xx acks; a 4xx other than 408, 425
-// and 429 dead-letters with the status; anything else, after bounded retries
-// with backoff, leaves the entry pending.
+// webhookHandler POSTs each delivery. 2xx acks; a 3xx (never followed: a
+// redirect would turn the POST into a bodyless GET whose 200 acks an entry
+// never delivered, or send the payload and its signature to a host nobody
+// configured) and a 4xx other than 408, 425 and 429 dead-letter with the
+// status; anything else, after bounded retries with backoff, leaves the
+// entry pending. timeout bounds the whole call, retries included.
 func webhookHandler(url string, secret []byte, timeout time.Duration, retries int) stream.Handler {
 	client := retryablehttp.NewClient()
 	client.RetryMax = retries
 	client.RetryWaitMin, client.RetryWaitMax = 100*time.Millisecond, 2*time.Second
 	client.HTTPClient.Timeout = timeout
+	client.HTTPClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	client.Logger = nil
 	client.CheckRetry = webhookRetryPolicy
 	client.ErrorHandler = retryablehttp.PassthroughErrorHandler
@@ -132,6 +136,11 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 		body, err := encodeDelivery(d)
 		if err != nil {
 			return stream.Permanent(err)
+		}
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
 		}
 		req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, url, body)
 		if err != nil {
@@ -148,6 +157,10 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 		}
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			return stream.Permanent(fmt.Errorf("webhook answered %d, a redirect to %q: redirects are not followed (point --webhook at the final URL)",
+				resp.StatusCode, clix.Redact(resp.Header.Get("Location"))))
+		}
 		return webhookResult(resp.StatusCode)
 	}
 }

@@ -6,13 +6,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,4 +251,51 @@ func alive(pid string) bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) > 2 && f[2] != "Z"
+}
+
+// A webhook's redirect is never followed: the entry is dead-lettered with
+// the status and the Location, and the host it points at sees nothing. The
+// handler timeout bounds the whole call, retries included.
+func TestRun_WebhookRedirectsAreNotFollowed(t *testing.T) {
+	srv := testserver.Redis(t)
+	seedModes(t, srv, "301", "302", "307", "slow")
+	var elsewhere sync.Map
+	var slowCalls atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Store(r.Method+" "+r.URL.Path, true)
+	}))
+	defer other.Close()
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var doc deliveryDoc
+		json.NewDecoder(r.Body).Decode(&doc)
+		switch mode := doc.Payload["mode"]; mode {
+		case "slow":
+			slowCalls.Add(1)
+			time.Sleep(300 * time.Millisecond)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			code, _ := strconv.Atoi(mode)
+			w.Header().Set("Location", other.URL+"/took-it")
+			w.WriteHeader(code)
+		}
+	}))
+	defer hook.Close()
+	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+		"--block", "100ms", "--webhook", hook.URL, "--webhook-retries", "5", "--handler-timeout", "500ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if sum := parseSummary(t, out); sum.DeadLettered != 3 || sum.Acked != 0 || sum.Failed != 1 {
+		t.Fatalf("summary %+v: want the three redirects dead-lettered and the slow one pending", sum)
+	}
+	elsewhere.Range(func(k, _ any) bool { t.Errorf("the redirect target got %v", k); return true })
+	dead := srv.Client(t).XRange(context.Background(), "emq:{cm}:dead:events:g", "-", "+").Val()
+	for _, d := range dead {
+		if r := fmt.Sprint(d.Values["reason"]); !strings.Contains(r, "redirect") || !strings.Contains(r, "/took-it") {
+			t.Errorf("dead letter reason %q names neither the redirect nor its Location", r)
+		}
+	}
+	if n := slowCalls.Load(); n == 0 || n > 2 {
+		t.Fatalf("a 500 ms timeout let %d tries of 300 ms through", n)
+	}
 }
