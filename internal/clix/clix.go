@@ -46,6 +46,7 @@ const (
 	FlagRedisWait    = "redis-wait"
 	FlagRedisCluster = "redis-cluster"
 	FlagRedisCA      = "redis-ca"
+	FlagAllowEvict   = "allow-eviction"
 	FlagPrefix       = "prefix"
 	FlagQueue        = "queue"
 	FlagStream       = "stream"
@@ -63,6 +64,8 @@ func CommonFlags() []cli.Flag {
 		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: []string{"EMQ_REDIS_CLUSTER"}, Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
 		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: []string{"EMQ_REDIS_WAIT"}, Value: 10 * time.Second,
 			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
+		&cli.BoolFlag{Name: FlagAllowEvict, EnvVars: []string{"EMQ_ALLOW_EVICTION"},
+			Usage: "run against a Redis whose maxmemory-policy may evict keys (streams, dead letters, records can vanish); warned on every run"},
 		&cli.StringFlag{Name: FlagPrefix, EnvVars: []string{"EMQ_PREFIX"}, Value: stream.DefaultPrefix, Usage: "key prefix"},
 		&cli.StringFlag{Name: FlagQueue, EnvVars: []string{"EMQ_QUEUE"}, Usage: "queue name (the hash tag of every key)"},
 		&cli.StringFlag{Name: FlagStream, EnvVars: []string{"EMQ_STREAM"}, Usage: "stream name"},
@@ -202,7 +205,48 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", redactAll(urls), scrubAll(err, urls))
 	}
+	if err := checkEviction(ctx, c, rdb); err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	return rdb, nil
+}
+
+// checkEviction refuses a Redis (every master of a cluster) that may evict
+// keys: with a maxmemory and a policy other than noeviction, Redis deletes
+// streams, dead letters and records to make room, silently. --allow-eviction
+// lets a run go on, with a warning every time.
+func checkEviction(ctx context.Context, c *cli.Context, rdb redis.UniversalClient) error {
+	check := func(ctx context.Context, n redis.UniversalClient) error {
+		info, err := n.Info(ctx, "memory").Result()
+		if err != nil {
+			return fmt.Errorf("redis: read maxmemory-policy (INFO memory): %w", err)
+		}
+		policy, limit := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+		if policy == "noeviction" || policy == "" || limit == "0" {
+			return nil
+		}
+		msg := fmt.Sprintf("redis maxmemory-policy is %s (maxmemory %s bytes): Redis may evict streams, dead letters and silt's records when it is full", policy, limit)
+		if !c.Bool(FlagAllowEvict) {
+			return fmt.Errorf("%s; set maxmemory-policy noeviction for silt's keys, or run with --%s to accept it", msg, FlagAllowEvict)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s (--%s)\n", msg, FlagAllowEvict)
+		return nil
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return check(ctx, n) })
+	}
+	return check(ctx, rdb)
+}
+
+// infoField returns the value of name in an INFO reply ("" when absent).
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // newClient builds a single-node or a cluster client with silt's timeouts.

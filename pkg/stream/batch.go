@@ -79,7 +79,7 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.
 		} else if err := l.catchUpWith(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 			// One backing array for every entry's whole XADD command: no
 			// XAddArgs to build and expand per entry (P2: 0.76 -> see BENCHMARKS.md).
 			size := 0
@@ -101,7 +101,7 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.
 			}
 			return nil
 		})
-		return err
+		return queuedError(cmds, err)
 	}
 	watched := []string{l.key}
 	if single {
@@ -157,4 +157,18 @@ func (l *Log) advancePast(cmd *redis.XInfoStreamCmd) error {
 	}
 	l.minter.AdvancePast(top)
 	return nil
+}
+
+// queuedError names what Redis refused inside a MULTI: EXECABORT alone
+// hides it (a full Redis answers each queued command OOM).
+func queuedError(cmds []redis.Cmder, err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "EXECABORT") {
+		return err
+	}
+	for _, c := range cmds {
+		if cerr := c.Err(); cerr != nil && !strings.HasPrefix(cerr.Error(), "EXECABORT") {
+			return fmt.Errorf("%w: %w", oomNamed(cerr), err)
+		}
+	}
+	return err
 }

@@ -414,11 +414,22 @@ func (g *redisGroup) releaseLease(ctx context.Context) {
 }
 
 // ensureGroup creates the group at the start of the stream (and the stream
-// if missing). An existing group is fine.
+// if missing), only when it is missing: XGROUP CREATE is a write, which a
+// full Redis (noeviction) refuses even for a group that exists, and a full
+// Redis must still drain.
 func (g *redisGroup) ensureGroup(ctx context.Context) error {
-	err := g.rdb.XGroupCreateMkStream(ctx, g.key, g.group, "0").Err()
+	groups, err := g.rdb.XInfoGroups(ctx, g.key).Result()
+	if err != nil && !strings.Contains(err.Error(), "no such key") {
+		return fmt.Errorf("xinfo groups %s: %w", g.key, err)
+	}
+	for _, x := range groups {
+		if x.Name == g.group {
+			return nil
+		}
+	}
+	err = g.rdb.XGroupCreateMkStream(ctx, g.key, g.group, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("xgroup create %s %s: %w", g.key, g.group, err)
+		return fmt.Errorf("xgroup create %s %s: %w", g.key, g.group, oomNamed(err))
 	}
 	return nil
 }
@@ -450,4 +461,12 @@ func (g *redisGroup) forgetIdle(ctx context.Context, olderThan time.Duration) ([
 		}
 	}
 	return removed, nil
+}
+
+// oomNamed says plainly that Redis is full when err is its OOM answer.
+func oomNamed(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "OOM") {
+		return fmt.Errorf("redis is full (maxmemory reached, noeviction): %w", err)
+	}
+	return err
 }

@@ -202,7 +202,7 @@ func TestLoop_FailedAckFailsTheRun(t *testing.T) {
 // No handler starts without its start recorded.
 func TestLoop_NoStartRecordNoHandler(t *testing.T) {
 	g, c := newFakeGroup(t, 3)
-	g.startErr = errors.New("OOM command not allowed")
+	g.startErr = errors.New("i/o timeout")
 	calls := 0
 	_, err := c.Run(context.Background(), func(context.Context, Delivery) error { calls++; return nil })
 	if err == nil || calls != 0 || len(g.pel) != 3 {

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,11 +65,30 @@ func (s *starts) record(ctx context.Context, i int) error {
 	}
 	wctx, cancel := s.r.writeCtx(ctx)
 	defer cancel()
-	if s.err = s.write(wctx, s.jobs[i:end]); s.err != nil {
-		return s.err
+	if err := s.write(wctx, s.jobs[i:end]); isOOM(err) {
+		// A full Redis refuses the record (HSET is a write it denies) but
+		// still takes acks: the run goes on draining, counting these starts
+		// in memory only, and says so.
+		s.r.warnOOM(err)
+		for _, j := range s.jobs[i:end] {
+			j.d.Attempts = j.prior + 1
+		}
+	} else if err != nil {
+		s.err = err
+		return err
 	}
 	s.next, s.lastAt, s.lastN = end, time.Now(), end-i
 	return nil
+}
+
+// isOOM reports whether err is Redis's answer when it is full.
+func isOOM(err error) bool { return err != nil && strings.Contains(err.Error(), "OOM ") }
+
+// warnOOM says once per run that Redis is full and starts go unrecorded.
+func (r *run) warnOOM(err error) {
+	if r.oomWarned.CompareAndSwap(false, true) {
+		r.c.Logger.Warn("redis is full: handler starts are not recorded while it is (a worker killed now may not count them against --max-attempts)", "error", err.Error())
+	}
 }
 
 // adapt sizes the next window from how quickly the last one was started:

@@ -139,7 +139,7 @@ func (l *Log) Append(ctx context.Context, fields Fields) (brand.ID, error) {
 			return id, nil
 		}
 		if !isBehind(err) {
-			return brand.ID{}, fmt.Errorf("xadd %s: %w", l.key, err)
+			return brand.ID{}, fmt.Errorf("xadd %s: %w", l.key, oomNamed(err))
 		}
 		if err := l.catchUp(ctx); err != nil {
 			return brand.ID{}, err
@@ -163,7 +163,7 @@ func (l *Log) AppendID(ctx context.Context, id brand.ID, fields Fields) error {
 	}
 	err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.key, ID: id.StreamID.String(), Values: values(id, fields)}).Err()
 	if err != nil {
-		return fmt.Errorf("xadd %s %s: %w", l.key, id, err)
+		return fmt.Errorf("xadd %s %s: %w", l.key, id, oomNamed(err))
 	}
 	return nil
 }

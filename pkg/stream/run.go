@@ -50,8 +50,9 @@ type run struct {
 	batch int64
 	// window is how many first handler starts are recorded in one round
 	// trip (starts); renewed counts in-flight entries kept from peers.
-	window  int
-	renewed atomic.Int64
+	window    int
+	renewed   atomic.Int64
+	oomWarned atomic.Bool
 }
 
 // Bounds of an adaptive read size (Consumer.Count 0): entries per read, and
