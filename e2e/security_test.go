@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,21 +76,28 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 
 	base := []string{"EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g", "EMQ_REDIS_WAIT=300ms", "EMQ_LOG_LEVEL=debug",
 		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	// Generated passwords hold '/', '?', '%', '#' and spaces; unescaped, the
+	// URL does not parse, and the parser quotes the piece it choked on.
+	left, right := testserver.Canary("canary-left-3e1"), testserver.Canary("canary-right-8c4")
 	redisURLs := map[string]string{
-		"unreachable host": "redis://silt:" + pw + "@127.0.0.1:1/0",
-		"wrong password":   "redis://silt:" + pw + "@" + srv.Addr + "/0",
-		"TLS, unknown CA":  "rediss://silt:" + pw + "@" + tlsSrv.Addr + "/0",
-		"plain to TLS":     "redis://silt:" + pw + "@" + tlsSrv.Addr + "/0",
+		"unescaped '/' in the password": "redis://silt:" + left + "/" + right + "@127.0.0.1:1/0",
+		"unescaped '?' in the password": "redis://silt:" + left + "?" + right + "@127.0.0.1:1/0",
+		"unescaped '%' in the password": "redis://silt:" + left + "%zz" + right + "@127.0.0.1:1/0",
+		"a space in the password":       "redis://silt:" + left + " " + right + "@127.0.0.1:1/0",
+		"unreachable host":              "redis://silt:" + pw + "@127.0.0.1:1/0",
+		"wrong password":                "redis://silt:" + pw + "@" + srv.Addr + "/0",
+		"TLS, unknown CA":               "rediss://silt:" + pw + "@" + tlsSrv.Addr + "/0",
+		"plain to TLS":                  "redis://silt:" + pw + "@" + tlsSrv.Addr + "/0",
 	}
 	runs := 0
-	check := func(what string, wantFail bool, env []string, stdin, bin string, args ...string) {
+	check := func(what string, wantFail bool, env []string, stdin, bin string, args ...string) (code int, out, errOut string) {
 		t.Helper()
-		code, out, errOut := exitCode(t, env, stdin, bin, args...)
+		code, out, errOut = exitCode(t, env, stdin, bin, args...)
 		runs++
 		if wantFail && code == 0 {
 			t.Errorf("%s: %s %v succeeded", what, bin, args)
 		}
-		for _, secret := range []string{pw, ak, sk, hook, srv.Password, tlsSrv.Password} {
+		for _, secret := range []string{pw, ak, sk, hook, srv.Password, tlsSrv.Password, left, right} {
 			if strings.Contains(out+errOut, secret) {
 				t.Errorf("%s: %s %v printed a secret:\n%s%s", what, bin, args, out, errOut)
 			}
@@ -96,6 +105,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 		if strings.Contains(out+errOut, "panic:") || strings.Contains(out+errOut, "goroutine ") {
 			t.Errorf("%s: %s %v panicked:\n%s", what, bin, args, errOut)
 		}
+		return code, out, errOut
 	}
 	for what, u := range redisURLs {
 		env := append(base, "EMQ_REDIS_URL="+u)
@@ -118,6 +128,28 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 	s3env := func(endpoint string) []string {
 		return append(good, "EMQ_ARCHIVE_REMOTE=s3://"+bucket+"/silt?endpoint="+endpoint+"&region=us-east-1&path-style=true&timeout=2s",
 			"AWS_ACCESS_KEY_ID="+ak, "AWS_SECRET_ACCESS_KEY="+sk)
+	}
+	check("S3 endpoint with userinfo", true, s3env("http://"+ak+":"+sk+"@127.0.0.1:1"), "", "archiver", "run", "--keep-last", "1")
+	check("S3 endpoint with userinfo", true, s3env("http://"+ak+":"+left+"/"+right+"@127.0.0.1:1"), "", "archiver", "read")
+	// An exec handler that dumps its environment and the secrets it can
+	// find on stderr: it gets a clean environment, and its stderr is masked.
+	leaky := append(slices.Clone(good), "AWS_ACCESS_KEY_ID="+ak, "AWS_SECRET_ACCESS_KEY="+sk, "EMQ_WEBHOOK_SECRET="+hook)
+	leakyGroup := append(slices.Clone(leaky), "EMQ_GROUP=leaky")
+	feed(t, leaky, 2)
+	for i, tc := range []struct {
+		what string
+		env  []string
+		sh   string
+	}{
+		{"exec handler printing its environment", leakyGroup, `env >&2; echo "secret: $AWS_SECRET_ACCESS_KEY $EMQ_WEBHOOK_SECRET $EMQ_REDIS_URL" >&2; exit 3`},
+		{"exec handler given a secret and printing it", append(slices.Clone(leaky), "EMQ_GROUP=leaky2", "EMQ_HANDLER_ENV=AWS_SECRET_ACCESS_KEY"),
+			`echo "secret: $AWS_SECRET_ACCESS_KEY" >&2; exit 3`},
+	} {
+		code, out, errOut := check(tc.what, false, tc.env, "", "worker", "run", "--consumer", fmt.Sprint("leak", i), "--block", "100ms",
+			"--min-idle", "1ms", "--", "sh", "-c", tc.sh)
+		if code != 0 || !strings.Contains(out, `"failed":`) || !strings.Contains(errOut, "handler stderr") {
+			t.Fatalf("%s: exit %d, the handler did not run: %s %s", tc.what, code, out, errOut)
+		}
 	}
 	check("S3 403", true, s3env(minio.Endpoint), "", "archiver", "run", "--keep-last", "1")
 	check("S3 403", true, s3env(minio.Endpoint), "", "archiver", "read")

@@ -59,10 +59,10 @@ const exDataErr = 65
 
 // execHandler runs argv once per delivery with the delivery on stdin. Exit 0
 // acks; 65 dead-letters; anything else, a signal or the timeout leaves the
-// entry pending. The child's stderr is logged with the entry id. The child
-// runs in its own process group, killed whole on timeout or cancellation
-// (ownGroup).
-func execHandler(argv []string, timeout time.Duration, log *slog.Logger) stream.Handler {
+// entry pending. The child's stderr is logged with the entry id, secrets
+// masked. The child runs with env (handlerEnv) in its own process group,
+// killed whole on timeout or cancellation (ownGroup).
+func execHandler(argv []string, timeout time.Duration, env []string, secrets masker, log *slog.Logger) stream.Handler {
 	return func(ctx context.Context, d stream.Delivery) error {
 		doc, err := encodeDelivery(d)
 		if err != nil {
@@ -75,13 +75,14 @@ func execHandler(argv []string, timeout time.Duration, log *slog.Logger) stream.
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		ownGroup(cmd)
+		cmd.Env = env
 		cmd.Stdin = bytes.NewReader(doc)
 		var stderr bytes.Buffer
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}
 		cmd.WaitDelay = time.Second
 		err = cmd.Run()
 		if s := strings.TrimSpace(stderr.String()); s != "" {
-			log.Info("handler stderr", "id", d.ID.String(), "stderr", s)
+			log.Info("handler stderr", "id", d.ID.String(), "stderr", secrets.mask(s))
 		}
 		return execResult(ctx, err)
 	}

@@ -36,6 +36,8 @@ func handlerFlags() []cli.Flag {
 		&cli.IntFlag{Name: "webhook-retries", Value: 3, Usage: "retries of a webhook call (connection errors, 408, 425, 429, 5xx)"},
 		&cli.BoolFlag{Name: "stdout", Usage: "write each delivery as a JSON line on stdout; the summary goes to stderr"},
 		&cli.DurationFlag{Name: "handler-timeout", Value: 5 * time.Minute, Usage: "longest one handler call may take; then it is left pending"},
+		&cli.StringSliceFlag{Name: "handler-env", EnvVars: []string{"EMQ_HANDLER_ENV"},
+			Usage: "`NAME` of a variable exec handlers get from the worker's environment (repeat, or comma-separate); they get only PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM besides"},
 	}
 }
 
@@ -137,11 +139,12 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, error) {
 		return nil, clix.Usagef("--exec", "choose exactly one handler of --exec, -- CMD, --webhook, --stdout (got %s)", describe(chosen))
 	}
 	timeout := c.Duration("handler-timeout")
+	env, secrets := handlerEnv(c.StringSlice("handler-env")), masker(secretsOf(c))
 	switch {
 	case c.String("exec") != "":
-		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, log), nil
+		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, env, secrets, log), nil
 	case c.NArg() > 0:
-		return execHandler(c.Args().Slice(), timeout, log), nil
+		return execHandler(c.Args().Slice(), timeout, env, secrets, log), nil
 	case c.String("webhook") != "":
 		u := c.String("webhook")
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {

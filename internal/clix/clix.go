@@ -161,6 +161,10 @@ func ResolveKind(ctx context.Context, rdb stream.Client, t Target, name string, 
 // A URL with an '@' the parser did not take as the end of its userinfo (no
 // scheme, or a '#', '?' or '/' in the password) is not shown at all: nothing
 // says which part of it is the password.
+// ErrUnparsableURL stands for a URL parse error: its text is not shown,
+// since it may quote a secret.
+var ErrUnparsableURL = errors.New("the URL does not parse (in a password, '/', '?', '#', '%', '@' and spaces must be percent-encoded); its text is not shown, as it may hold a secret")
+
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -319,7 +323,12 @@ func isAuth(err error) bool {
 // scrub removes the password of raw from err's text, in case a library echoed it.
 func scrub(err error, raw string) error {
 	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
+	if perr != nil {
+		// The parser's own words quote the URL, or the piece it choked on,
+		// which is often a piece of the password ("invalid port \":p4ss\"").
+		return ErrUnparsableURL
+	}
+	if u.User == nil {
 		return err
 	}
 	pw, ok := u.User.Password()

@@ -68,7 +68,12 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
 	if cfg.Endpoint != "" {
 		ep, err := url.Parse(cfg.Endpoint)
-		if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
+		switch {
+		case strings.Contains(cfg.Endpoint, "@"):
+			// Credentials come from the AWS variables; an endpoint holding
+			// some is refused and never echoed.
+			return nil, fmt.Errorf("%w: the endpoint holds an '@' (credentials?); it is not shown: give keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", ErrBadURL)
+		case err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "":
 			return nil, fmt.Errorf("%w: endpoint %q is not an http:// or https:// URL", ErrBadURL, cfg.Endpoint)
 		}
 	}
