@@ -151,8 +151,9 @@ func scheduledKills(t *testing.T, mode string, modeArgs []string) {
 		switch {
 		case killedBySignal(err, syscall.SIGKILL):
 			sigkills++
-		case err == nil && sig == syscall.SIGTERM:
-			sigterms++ // or it had finished its --max-duration before the signal
+		case exitStatus(err) == 3 && sig == syscall.SIGTERM:
+			sigterms++
+		case err == nil: // it had finished its --max-duration before the signal
 		case err != nil:
 			t.Fatalf("worker %d after %v: %v\n%s", i, sig, err, errOut)
 		}
@@ -224,4 +225,34 @@ func atoi(s string) int {
 	var n int
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// TestWorker_GraceExpiryKillsTheHandlerGroup: a handler that ignores
+// SIGTERM and runs a child is killed with its child when --grace runs out,
+// before the worker exits, and the stopped run exits 3 (interrupted).
+func TestWorker_GraceExpiryKillsTheHandlerGroup(t *testing.T) {
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	feed(t, env, 1)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd, out, errOut := startWorker(t, env, "--consumer", "w1", "--grace", "300ms",
+		"--", "sh", "-c", `trap "" TERM; sleep 60 & echo $! > `+pidFile+`; wait`)
+	var pid string
+	for deadline := time.Now().Add(10 * time.Second); pid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+	}
+	if pid == "" {
+		t.Fatal("the handler never started")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if exitStatus(err) != 3 || !strings.Contains(out.String(), `"exit_reason":"cancelled"`) {
+		t.Fatalf("worker after SIGTERM: %v, want exit 3\n%s%s", err, out, errOut)
+	}
+	if processAlive(pid) { // checked once the worker is gone: no waiting
+		syscall.Kill(atoi(pid), syscall.SIGKILL)
+		t.Fatalf("the handler's child %s outlived the worker's grace", pid)
+	}
+	report(t, scenario{Name: "handler ignoring SIGTERM killed at the end of --grace", Runs: 1, Faults: 1, Detected: 1})
 }

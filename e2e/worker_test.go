@@ -173,8 +173,8 @@ func TestWorker_SIGTERMMidBatch(t *testing.T) {
 		"--", "sh", "-c", `read -r line; sleep 0.3; echo "$line" >> "`+rec+`"`)
 	time.Sleep(800 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("worker after SIGTERM: %v\n%s", err, errOut)
+	if err := cmd.Wait(); exitStatus(err) != 3 {
+		t.Fatalf("worker after SIGTERM: %v, want exit 3 (interrupted)\n%s", err, errOut)
 	}
 	var sum struct {
 		Acked, Abandoned int64
@@ -197,4 +197,17 @@ func TestWorker_SIGTERMMidBatch(t *testing.T) {
 	if sum.ExitReason != "cancelled" || sum.Acked != int64(len(counts)) || sum.Acked == 0 || len(pending) != 20-len(counts) {
 		t.Fatalf("summary %+v, handled %d, pending %d", sum, len(counts), len(pending))
 	}
+}
+
+// exitStatus returns a finished command's exit code (0 for a nil error, -1
+// when it did not exit by itself).
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
 }

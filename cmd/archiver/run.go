@@ -120,6 +120,9 @@ func runAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		if c.Context.Err() != nil { // a signal stopped the pass; what was committed is trimmed
+			return fmt.Errorf("%w by a signal during a pass (see the summary: interrupted)", clix.ErrInterrupted)
+		}
 		if !c.Bool("loop") {
 			if failed > 0 {
 				return fmt.Errorf("%d stream(s) failed; see the summary", failed)
@@ -164,10 +167,11 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
 		}
 	}
 	line, _ := json.Marshal(struct {
-		Streams []streamResult `json:"streams"`
-		Failed  int            `json:"failed"`
-		Time    time.Time      `json:"time"`
-	}{results, failed, time.Now().UTC()})
+		Streams     []streamResult `json:"streams"`
+		Failed      int            `json:"failed"`
+		Interrupted bool           `json:"interrupted,omitempty"` // a signal stopped the pass
+		Time        time.Time      `json:"time"`
+	}{results, failed, c.Context.Err() != nil, time.Now().UTC()})
 	fmt.Fprintf(c.App.Writer, "%s\n", line)
 	return failed, nil
 }

@@ -186,6 +186,11 @@ func runAction(c *cli.Context) error {
 	if err := printSummary(out, s, sum); err != nil {
 		return err
 	}
+	if runErr == nil && sum.ExitReason == stream.ExitSignal {
+		// A scheduler must not take a stopped run for a finished one.
+		return fmt.Errorf("%w by a signal: %d handled, %d left pending unstarted or unfinished (abandoned)",
+			clix.ErrInterrupted, sum.Handled(), sum.Abandoned)
+	}
 	return runErr
 }
 

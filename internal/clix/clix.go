@@ -22,10 +22,15 @@ import (
 
 // Exit codes of every silt binary.
 const (
-	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitInterrupted = 3 // stopped by SIGTERM or SIGINT before the work was done
 )
+
+// ErrInterrupted is wrapped by a command's error when a signal stopped it
+// before its work was done; the binary exits with ExitInterrupted.
+var ErrInterrupted = errors.New("interrupted")
 
 // UsageError is a bad flag or argument; it makes the binary exit with ExitUsage.
 type UsageError struct {

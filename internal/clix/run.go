@@ -39,6 +39,9 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	if errors.As(err, &ue) {
 		return ExitUsage
 	}
+	if errors.Is(err, ErrInterrupted) {
+		return ExitInterrupted
+	}
 	// urfave/cli returns an ExitCoder only for its own usage errors, such as
 	// an unknown command; our actions never do.
 	var ee cli.ExitCoder

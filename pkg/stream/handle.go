@@ -317,8 +317,19 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 			j.fate = fateAbandoned
 		}
 	}
+	// After Grace the handlers' context is cancelled: an exec handler's
+	// process group is being killed. Give them a moment to be gone, so the
+	// worker does not exit with its handlers still running.
+	select {
+	case <-allDone:
+	case <-time.After(handlerReap):
+	}
 	return st.err
 }
+
+// handlerReap is how long a run waits, after Grace, for cancelled handlers
+// to return (an exec handler's WaitDelay is 1 s).
+const handlerReap = 2 * time.Second
 
 // runOne calls the handler for a job whose start is recorded. With
 // DedupeTTL, a success writes the job's marker at once, before and apart
