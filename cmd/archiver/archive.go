@@ -82,7 +82,11 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 // openArchive opens the archive of one stream (or of a group's dead letters)
 // of the --queue.
 func (e *env) openArchive(ctx context.Context, name, deadGroup string) (*archive.Archive, error) {
-	return e.openArchiveIn(ctx, e.target.Keyspace, name, deadGroup)
+	a, err := e.openArchiveIn(ctx, e.target.Keyspace, name, deadGroup)
+	if err != nil {
+		return nil, err
+	}
+	return a, a.CheckRemote(ctx)
 }
 
 // openArchiveIn opens an archive in keyspace ks.

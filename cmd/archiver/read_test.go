@@ -168,3 +168,25 @@ func TestRead_KindIsTheStreams(t *testing.T) {
 		t.Errorf("--kind matching the stream: exit %d, %s %s", code, out, errOut)
 	}
 }
+
+// A read pointed at a remote that does not hold the stream's archive (or
+// at the local default) fails, naming the remote Redis recorded, instead of
+// returning the live tail alone.
+func TestRead_WrongRemoteIsNamed(t *testing.T) {
+	srv := testserver.Redis(t)
+	seed(t, srv.Client(t), 10)
+	right := "file://" + t.TempDir()
+	base := []string{"--redis", srv.URL(), "--queue", "cm", "--stream", "events"}
+	if code, out, errOut := runArchiver(t, append(append([]string{"run"}, base...), "--remote", right, "--keep-last", "2")...); code != 0 {
+		t.Fatalf("archive: exit %d %s %s", code, out, errOut)
+	}
+	for _, remote := range [][]string{{"--remote", "file://" + t.TempDir()}, nil} {
+		code, out, errOut := runArchiver(t, append(append([]string{"read"}, base...), remote...)...)
+		if code != 1 || !strings.Contains(errOut, right) || out != "" {
+			t.Errorf("read with %v: exit %d, stdout %q, stderr %q; want exit 1 naming %s", remote, code, out, errOut, right)
+		}
+	}
+	if code, out, errOut := runArchiver(t, append(append([]string{"read"}, base...), "--remote", right)...); code != 0 || strings.Count(out, "\n") != 10 {
+		t.Fatalf("read with the right remote: exit %d, %s %s", code, out, errOut)
+	}
+}

@@ -115,6 +115,9 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	defer e.close()
+	if c.String("remote") == "" {
+		e.log.Warn("archiving into the embedded local default remote " + e.remote + ": what is trimmed then lives on this disk only; give --remote s3://... for durable storage")
+	}
 	for {
 		failed, err := runOnce(c, e, p)
 		if err != nil {

@@ -119,5 +119,8 @@ func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.CheckRemote(c.Context); err != nil {
+		return nil, err
+	}
 	return a.Read, nil
 }

@@ -254,6 +254,9 @@ func failpointFromEnv(log *slog.Logger) func(string) {
 func attachArchive(c *cli.Context, s *setup) error {
 	remote := c.String("archive-remote")
 	if remote == "" {
+		if rec, ok, err := s.consumer.Log().ArchiveRecord(c.Context); err == nil && ok && rec.LSN > 0 {
+			s.log.Warn("the stream is archived (to " + rec.Remote + "); without --archive-remote, entries trimmed while pending are dead-lettered instead of recovered, and a group behind retention is not caught up")
+		}
 		return nil
 	}
 	if _, _, err := fence.ParseURL(remote); err != nil {
@@ -269,6 +272,9 @@ func attachArchive(c *cli.Context, s *setup) error {
 	}
 	a, err := archive.Open(c.Context, s.consumer.Log(), cache, store)
 	if err != nil {
+		return err
+	}
+	if err := a.CheckRemote(c.Context); err != nil {
 		return err
 	}
 	s.consumer.Payloads = a

@@ -97,3 +97,26 @@ func newIdentity() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// CheckRemote tells a reader (a merged read, a status, a worker recovering
+// payloads) that its remote is not where this stream's archive is, rather
+// than let it see only the live tail: when Redis recorded commits of the
+// archive and this remote holds none, or holds another archive, the error
+// names the remote Redis recorded (without secrets). A stream never
+// archived, or archived before records were kept, passes.
+func (a *Archive) CheckRemote(ctx context.Context) error {
+	rec, recorded, err := a.log.ArchiveRecord(ctx)
+	if err != nil || !recorded {
+		return err
+	}
+	latest := a.vol.Latest()
+	switch {
+	case latest == nil && rec.LSN > 0:
+		return fmt.Errorf("%s was archived to %s (volume %s, %d commits, W %s); this remote holds none of it: point the remote there: %w",
+			a.log.Key(), rec.Remote, rec.Volume, rec.LSN, rec.W, ErrNotThisArchive)
+	case latest != nil && latest.Meta[metaIdentity] != rec.Identity:
+		return fmt.Errorf("%s was archived to %s (volume %s); this remote holds another archive (%q): %w",
+			a.log.Key(), rec.Remote, rec.Volume, latest.Meta[metaIdentity], ErrNotThisArchive)
+	}
+	return nil
+}
