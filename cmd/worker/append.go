@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -142,6 +144,11 @@ func parseLine(line []byte) (stream.Fields, error) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil, nil
 	}
+	// Never change input: encoding/json would turn invalid UTF-8 into
+	// U+FFFD, null into "", and keep the last of two equal keys.
+	if !utf8.Valid(line) {
+		return nil, fmt.Errorf("invalid UTF-8 at byte %d; give binary fields base64-encoded under %q", invalidAt(line), base64Key)
+	}
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if err := dec.Decode(&raw); err != nil {
@@ -153,16 +160,89 @@ func parseLine(line []byte) (stream.Fields, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("text after the JSON object")
 	}
+	if err := noRepeatedKeys(line, len(raw)); err != nil {
+		return nil, err
+	}
 	fields := make(stream.Fields, len(raw))
 	for k, v := range raw {
-		if k == stream.IDField {
+		switch {
+		case k == stream.IDField:
 			return nil, fmt.Errorf("field %q holds the branded id and is set by silt", k)
+		case k == base64Key:
+			if err := addBase64(fields, v); err != nil {
+				return nil, err
+			}
+			continue
+		case string(bytes.TrimSpace(v)) == "null":
+			return nil, fmt.Errorf("field %q is null; a field's value is a string (give \"\" for empty)", k)
 		}
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
 			return nil, fmt.Errorf("field %q: value %s is not a string", k, v)
 		}
+		if _, dup := fields[k]; dup {
+			return nil, fmt.Errorf("field %q is given twice", k)
+		}
 		fields[k] = s
 	}
 	return fields, nil
+}
+
+// base64Key holds, in a JSON line, fields whose name or value is not UTF-8:
+// an object of base64 name to base64 value, as archiver read and the
+// worker's deliveries write them ("fields_base64" / "payload_base64").
+const base64Key = "fields_base64"
+
+// addBase64 decodes the base64 fields of a line into fields.
+func addBase64(fields stream.Fields, v json.RawMessage) error {
+	var enc map[string]string
+	if err := json.Unmarshal(v, &enc); err != nil || enc == nil {
+		return fmt.Errorf("%q must be an object of base64 name to base64 value", base64Key)
+	}
+	for k64, v64 := range enc {
+		k, kerr := base64.StdEncoding.DecodeString(k64)
+		val, verr := base64.StdEncoding.DecodeString(v64)
+		if kerr != nil || verr != nil {
+			return fmt.Errorf("%q: %q: %q is not base64", base64Key, k64, v64)
+		}
+		if _, dup := fields[string(k)]; dup || string(k) == stream.IDField {
+			return fmt.Errorf("%q: field %q is given twice or is reserved", base64Key, k)
+		}
+		fields[string(k)] = string(val)
+	}
+	return nil
+}
+
+// noRepeatedKeys refuses an object that names a key twice (the decoded map
+// holds n keys: fewer than the object's).
+func noRepeatedKeys(line []byte, n int) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.Token() // {
+	keys := 0
+	for dec.More() {
+		if _, err := dec.Token(); err != nil {
+			return nil // the decode above has judged the syntax
+		}
+		keys++
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	if keys != n {
+		return errors.New("a field is given twice")
+	}
+	return nil
+}
+
+// invalidAt returns the offset of the first invalid UTF-8 byte.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
 }

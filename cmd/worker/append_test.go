@@ -130,3 +130,32 @@ func FuzzParseLine(f *testing.F) {
 		parseLine(line)
 	})
 }
+
+// A JSON line is taken as it is or refused, never changed: invalid UTF-8,
+// null, non-string values and repeated keys are errors; binary fields come
+// base64-encoded under "fields_base64".
+func TestParseLine_NeverChangesInput(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want string // error text; "" for success
+	}{
+		{"{\"a\":\"caf\xe9\"}", "invalid UTF-8 at byte 9"},
+		{`{"a":null}`, `field "a" is null`},
+		{`{"a":1}`, "is not a string"},
+		{`{"a":{"b":"c"}}`, "is not a string"},
+		{`{"a":"1","a":"2"}`, "given twice"},
+		{`{"fields_base64":{"Yg==":"not base64!"}}`, "is not base64"},
+		{`{"fields_base64":"x"}`, "must be an object"},
+		{`{"a":"é","fields_base64":{"Yg==":"/w=="}}`, ""},
+	} {
+		f, err := parseLine([]byte(tc.line))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.line, err)
+		case tc.want == "" && (f["a"] != "é" || f["b"] != "\xff" || len(f) != 2):
+			t.Errorf("%q: fields %q", tc.line, f)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one saying %q", tc.line, err, tc.want)
+		}
+	}
+}
