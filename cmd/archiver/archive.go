@@ -22,6 +22,7 @@ func archiveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data-dir", EnvVars: []string{"EMQ_DATA_DIR"}, Value: "./silt-data", Usage: "local page files"},
 		&cli.StringFlag{Name: "remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
 			Usage: "object store URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true (default: <data-dir>/remote)"},
+		clix.EncryptionKeyFlag(),
 	}
 }
 
@@ -75,6 +76,10 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("remote %s: %w", clix.Redact(remote), err)
+	}
+	if store, err = clix.Encryption(c, store); err != nil {
+		rdb.Close()
+		return nil, err
 	}
 	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote)}, nil
 }

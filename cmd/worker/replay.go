@@ -25,6 +25,7 @@ func replayCommand() *cli.Command {
 		&cli.BoolFlag{Name: "restart", Usage: "forget the name's checkpoint and start from --from"},
 		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"}, Usage: "include the archived history (else the live stream only)"},
 		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
+		clix.EncryptionKeyFlag(),
 		&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "group named in the deliveries (informational)"},
 	)
 	return &cli.Command{
@@ -110,6 +111,9 @@ func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
 	store, err := fence.Open(c.Context, remote, false)
 	if err != nil {
 		return nil, fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
+	}
+	if store, err = clix.Encryption(c, store); err != nil {
+		return nil, err
 	}
 	cache, err := filepath.Abs(c.String("archive-cache"))
 	if err != nil {

@@ -61,6 +61,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
 			Usage: "the archiver's remote URL: recover entries trimmed while pending, and catch up a group behind retention"},
 		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
+		clix.EncryptionKeyFlag(),
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -265,6 +266,9 @@ func attachArchive(c *cli.Context, s *setup) error {
 	store, err := fence.Open(c.Context, remote, false)
 	if err != nil {
 		return fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
+	}
+	if store, err = clix.Encryption(c, store); err != nil {
+		return err
 	}
 	cache, err := filepath.Abs(c.String("archive-cache"))
 	if err != nil {

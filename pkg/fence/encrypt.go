@@ -1,0 +1,222 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Client-side encryption at rest. Encrypted wraps a Store so that every
+// object is written as AES-256-GCM ciphertext: no plaintext byte reaches the
+// store. An object is a header and chunks:
+//
+//	header  "SLTE" | version 1 | 3 zero bytes | chunk size (u32 BE) | key id (8 bytes)
+//	chunk   nonce (12 bytes) | ciphertext | tag (16 bytes)
+//
+// Each chunk holds encChunk plaintext bytes (the last one fewer) and is
+// sealed with a random nonce and, as additional data, the object's key and
+// the chunk's index, so chunks cannot be swapped within or between objects.
+// A ranged read fetches and opens only the chunks it covers. The key id is
+// the first 8 bytes of SHA-256 of the key: a reader with another key is told
+// which one the object needs.
+
+// ErrKey is wrapped by errors about the encryption key: missing, of the
+// wrong size, or not the one an object was written with.
+var ErrKey = errors.New("encryption key")
+
+const (
+	encMagic    = "SLTE"
+	encVersion  = 1
+	encHeader   = 20
+	encChunk    = 64 << 10
+	encOverhead = 12 + 16 // nonce and tag of each chunk
+)
+
+// Encrypted is a Store whose objects are encrypted with one AES-256 key.
+type Encrypted struct {
+	store Store
+	aead  cipher.AEAD
+	id    [8]byte
+}
+
+var _ Store = (*Encrypted)(nil)
+
+// Encrypt wraps store with client-side encryption under key (32 bytes).
+func Encrypt(store Store, key []byte) (*Encrypted, error) {
+	if len(key) != 32 {
+		return nil, fmt.Errorf("%w: want 32 bytes (AES-256), got %d", ErrKey, len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrKey, err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrKey, err)
+	}
+	e := &Encrypted{store: store, aead: aead}
+	sum := sha256.Sum256(key)
+	copy(e.id[:], sum[:8])
+	return e, nil
+}
+
+// KeyID names the key without revealing it (hex of the first 8 bytes of its SHA-256).
+func (e *Encrypted) KeyID() string { return hex.EncodeToString(e.id[:]) }
+
+// String names the wrapped store.
+func (e *Encrypted) String() string { return fmt.Sprintf("%v (encrypted, key %s)", e.store, e.KeyID()) }
+
+// Create encrypts body and creates it under key (Store's contract).
+func (e *Encrypted) Create(ctx context.Context, key string, body []byte) error {
+	return e.store.Create(ctx, key, e.seal(key, body))
+}
+
+func (e *Encrypted) seal(key string, body []byte) []byte {
+	chunks := (len(body) + encChunk - 1) / encChunk
+	out := make([]byte, encHeader, encHeader+len(body)+chunks*encOverhead)
+	copy(out, encMagic)
+	out[4] = encVersion
+	binary.BigEndian.PutUint32(out[8:12], encChunk)
+	copy(out[12:20], e.id[:])
+	for i := 0; i < chunks; i++ {
+		plain := body[i*encChunk : min((i+1)*encChunk, len(body))]
+		nonce := make([]byte, 12)
+		rand.Read(nonce)
+		out = append(out, nonce...)
+		out = e.aead.Seal(out, nonce, plain, chunkAD(key, i))
+	}
+	return out
+}
+
+// Get returns the plaintext bytes r selects (Store's contract), fetching
+// only the chunks that hold them.
+func (e *Encrypted) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+	if r.IsWhole() {
+		b, err := e.store.Get(ctx, key, r)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.checkHeader(key, b); err != nil {
+			return nil, err
+		}
+		return e.open(ctx, key, b[encHeader:], 0)
+	}
+	first := r.Off / encChunk
+	last := first
+	if r.Len > 0 {
+		last = (r.Off + r.Len - 1) / encChunk
+	}
+	span := Range{Off: encHeader + first*(encChunk+encOverhead)}
+	if r.Len > 0 {
+		span.Len = (last - first + 1) * (encChunk + encOverhead)
+	}
+	b, err := e.store.Get(ctx, key, span)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := e.open(ctx, key, b, int(first))
+	if err != nil {
+		return nil, err
+	}
+	lo := r.Off - first*encChunk
+	if lo > int64(len(plain)) {
+		return nil, fmt.Errorf("get %s: range %d+%d outside the object", key, r.Off, r.Len)
+	}
+	plain = plain[lo:]
+	if r.Len > 0 && int64(len(plain)) > r.Len {
+		plain = plain[:r.Len]
+	}
+	return plain, nil
+}
+
+// open decrypts consecutive chunks starting with chunk index first.
+func (e *Encrypted) open(ctx context.Context, key string, b []byte, first int) ([]byte, error) {
+	out := make([]byte, 0, len(b))
+	for i := first; len(b) > 0; i++ {
+		n := min(len(b), encChunk+encOverhead)
+		if n <= encOverhead {
+			return nil, fmt.Errorf("get %s: chunk %d is truncated: corrupt object", key, i)
+		}
+		var err error
+		out, err = e.aead.Open(out, b[:12], b[12:n], chunkAD(key, i))
+		if err != nil {
+			return nil, e.whyNotOpen(ctx, key, i)
+		}
+		b = b[n:]
+	}
+	return out, nil
+}
+
+// whyNotOpen tells a wrong key from a corrupt object by the object's header.
+func (e *Encrypted) whyNotOpen(ctx context.Context, key string, chunk int) error {
+	head, err := e.store.Get(ctx, key, Range{Len: encHeader})
+	if err == nil {
+		if err := e.checkHeader(key, head); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("get %s: chunk %d fails authentication: the object is corrupt or was altered", key, chunk)
+}
+
+func (e *Encrypted) checkHeader(key string, b []byte) error {
+	switch {
+	case len(b) < encHeader || string(b[:4]) != encMagic:
+		return fmt.Errorf("get %s: %w: the object is not encrypted (written without a key?)", key, ErrKey)
+	case b[4] != encVersion:
+		return fmt.Errorf("get %s: encryption format version %d, this build reads %d", key, b[4], encVersion)
+	case binary.BigEndian.Uint32(b[8:12]) != encChunk:
+		return fmt.Errorf("get %s: encrypted in chunks of %d bytes, this build reads %d", key, binary.BigEndian.Uint32(b[8:12]), encChunk)
+	case !bytes.Equal(b[12:20], e.id[:]):
+		return fmt.Errorf("get %s: %w: written with key %x, this run has key %s", key, ErrKey, b[12:20], e.KeyID())
+	}
+	return nil
+}
+
+// chunkAD is the additional data of chunk i of the object under key.
+func chunkAD(key string, i int) []byte {
+	ad := make([]byte, 0, len(key)+9)
+	ad = append(ad, key...)
+	ad = append(ad, 0)
+	return binary.BigEndian.AppendUint64(ad, uint64(i))
+}
+
+// List lists keys (Store's contract); keys are not encrypted.
+func (e *Encrypted) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	return e.store.List(ctx, prefix, after, limit)
+}
+
+// Delete removes an object (Store's contract).
+func (e *Encrypted) Delete(ctx context.Context, key string) error { return e.store.Delete(ctx, key) }
+
+// Plain wraps a store used without a key: an object that starts like an
+// encrypted one is refused with ErrKey instead of being handed on as
+// garbage (its reader would call it corrupt).
+func Plain(store Store) Store { return plainStore{store} }
+
+type plainStore struct{ Store }
+
+func (p plainStore) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+	b, err := p.Store.Get(ctx, key, r)
+	if err == nil && r.Off == 0 && len(b) >= 5 && string(b[:4]) == encMagic && b[4] == encVersion {
+		return nil, fmt.Errorf("get %s: %w: the object is encrypted (key %x): give its key", key, ErrKey, b[12:min(len(b), 20)])
+	}
+	return b, err
+}
+
+// CreateHashed passes through when the wrapped store has it.
+func (p plainStore) CreateHashed(ctx context.Context, key string, body []byte, sha256hex string) error {
+	if hc, ok := p.Store.(HashedCreator); ok {
+		return hc.CreateHashed(ctx, key, body, sha256hex)
+	}
+	return p.Store.Create(ctx, key, body)
+}
+
+// String names the wrapped store.
+func (p plainStore) String() string { return fmt.Sprint(p.Store) }
