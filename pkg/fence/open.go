@@ -3,10 +3,12 @@ package fence
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,9 +62,9 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "endpoint", "region", "path-style", "consistent", "timeout":
+		case "endpoint", "region", "path-style", "consistent", "timeout", "sse", "sse-kms-key-id", "sse-c-key-file":
 		default:
-			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent, timeout)", ErrBadURL, k)
+			return nil, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent, timeout, sse, sse-kms-key-id, sse-c-key-file)", ErrBadURL, k)
 		}
 	}
 	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
@@ -76,6 +78,9 @@ func parseS3(u *url.URL) (*S3Config, error) {
 		case err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "":
 			return nil, fmt.Errorf("%w: endpoint %q is not an http:// or https:// URL", ErrBadURL, cfg.Endpoint)
 		}
+	}
+	if err := parseSSE(q, cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
@@ -171,3 +176,36 @@ func Probe(ctx context.Context, st Store) error {
 
 // String names the local store.
 func (l *Local) String() string { return "file://" + l.root }
+
+// parseSSE reads the server-side encryption parameters of an s3 URL:
+// sse=aws:kms (with sse-kms-key-id, or the bucket's default key) or
+// sse=AES256, or sse-c-key-file=PATH (a 32-byte key, raw or base64, kept
+// out of the URL), which is sent with every request.
+func parseSSE(q url.Values, cfg *S3Config) error {
+	cfg.SSE, cfg.SSEKMSKeyID = q.Get("sse"), q.Get("sse-kms-key-id")
+	switch {
+	case cfg.SSE != "" && cfg.SSE != "aws:kms" && cfg.SSE != "AES256":
+		return fmt.Errorf("%w: sse=%q: want aws:kms or AES256", ErrBadURL, cfg.SSE)
+	case cfg.SSEKMSKeyID != "" && cfg.SSE != "aws:kms":
+		return fmt.Errorf("%w: sse-kms-key-id needs sse=aws:kms", ErrBadURL)
+	}
+	path := q.Get("sse-c-key-file")
+	if path == "" {
+		return nil
+	}
+	if cfg.SSE != "" {
+		return fmt.Errorf("%w: sse-c-key-file and sse= exclude each other", ErrBadURL)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: sse-c-key-file: %v", ErrBadURL, err)
+	}
+	if k, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); derr == nil && len(k) == 32 {
+		b = k
+	}
+	if len(b) != 32 {
+		return fmt.Errorf("%w: sse-c-key-file %s: want 32 bytes (raw or base64)", ErrBadURL, path)
+	}
+	cfg.SSECustomerKey = b
+	return nil
+}

@@ -3,7 +3,9 @@ package fence
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -38,6 +41,13 @@ type S3Config struct {
 	// evaluates conditional writes and reads on the object's leader (globally
 	// strong). ParseURL turns it on for Tigris endpoints.
 	Consistent bool
+
+	// Server-side encryption passed through to the store: SSE "aws:kms"
+	// (with SSEKMSKeyID, or the bucket's default key) or "AES256" on every
+	// PUT; or SSECustomerKey (32 bytes), sent with every PUT, GET and HEAD.
+	SSE            string
+	SSEKMSKeyID    string
+	SSECustomerKey []byte
 
 	Timeout     time.Duration // bound on each attempt of a request; 30s
 	MaxAttempts int           // SDK attempts per request, retries included; 3
@@ -189,15 +199,33 @@ func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash str
 func (s *S3) put(ctx context.Context, objectKey string, body []byte, hash string) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+	in := &s3.PutObjectInput{
 		Bucket:        aws.String(s.cfg.Bucket),
 		Key:           aws.String(objectKey),
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 		IfNoneMatch:   aws.String("*"),
 		Metadata:      map[string]string{hashMeta: hash},
-	}, withPayloadHash(hash))
+	}
+	if s.cfg.SSE != "" {
+		in.ServerSideEncryption = types.ServerSideEncryption(s.cfg.SSE)
+	}
+	if s.cfg.SSEKMSKeyID != "" {
+		in.SSEKMSKeyId = aws.String(s.cfg.SSEKMSKeyID)
+	}
+	in.SSECustomerAlgorithm, in.SSECustomerKey, in.SSECustomerKeyMD5 = s.ssec()
+	_, err := s.client.PutObject(ctx, in, withPayloadHash(hash))
 	return err
+}
+
+// ssec returns the SSE-C parameters of every request (nil without a key).
+func (s *S3) ssec() (alg, key, keyMD5 *string) {
+	if len(s.cfg.SSECustomerKey) == 0 {
+		return nil, nil, nil
+	}
+	sum := md5.Sum(s.cfg.SSECustomerKey)
+	return aws.String("AES256"), aws.String(base64.StdEncoding.EncodeToString(s.cfg.SSECustomerKey)),
+		aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 }
 
 // withPayloadHash hands the body's SHA-256 to the SigV4 signer, which would
@@ -231,7 +259,9 @@ func (s *S3) resolve(ctx context.Context, key, objectKey, hash string) error {
 func (s *S3) hashOf(ctx context.Context, objectKey string) (string, error) {
 	hctx, cancel := s.timeout(ctx)
 	defer cancel()
-	head, err := s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)})
+	hin := &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
+	hin.SSECustomerAlgorithm, hin.SSECustomerKey, hin.SSECustomerKeyMD5 = s.ssec()
+	head, err := s.client.HeadObject(hctx, hin)
 	if err != nil {
 		return "", err
 	}
@@ -265,6 +295,7 @@ func (s *S3) get(ctx context.Context, objectKey string, r Range) ([]byte, error)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	in := &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
+	in.SSECustomerAlgorithm, in.SSECustomerKey, in.SSECustomerKeyMD5 = s.ssec()
 	if !r.IsWhole() {
 		end := ""
 		if r.Len > 0 {

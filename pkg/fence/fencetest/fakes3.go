@@ -54,6 +54,15 @@ type FakeS3 struct {
 type fakeObject struct {
 	body []byte
 	meta http.Header
+	sse  http.Header // the x-amz-server-side-encryption* headers of its PUT
+}
+
+// SSE returns the server-side encryption headers bucket/key was written
+// with (S3 keeps them; an SSE-C object is read only with its key's MD5).
+func (f *FakeS3) SSE(path string) http.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.objects[path].sse
 }
 
 // NewFakeS3 starts a fake S3 server, closed when t ends.
@@ -162,19 +171,27 @@ func (f *FakeS3) apply(w http.ResponseWriter, r *http.Request, path string) {
 			s3Error(w, 412, "PreconditionFailed")
 			return
 		}
-		meta := http.Header{}
+		meta, sse := http.Header{}, http.Header{}
 		for k, v := range r.Header {
-			if strings.HasPrefix(strings.ToLower(k), "x-amz-meta-") {
+			switch lk := strings.ToLower(k); {
+			case strings.HasPrefix(lk, "x-amz-meta-"):
 				meta[k] = v
+			case strings.HasPrefix(lk, "x-amz-server-side-encryption"):
+				sse[k] = v
 			}
 		}
-		f.objects[path] = fakeObject{body: body, meta: meta}
+		f.objects[path] = fakeObject{body: body, meta: meta, sse: sse}
 		sum := md5.Sum(body)
 		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
 		w.WriteHeader(200)
 	case http.MethodGet, http.MethodHead:
 		if !exists {
 			s3Error(w, 404, "NoSuchKey")
+			return
+		}
+		const md5Header = "X-Amz-Server-Side-Encryption-Customer-Key-Md5"
+		if want := o.sse.Get(md5Header); want != r.Header.Get(md5Header) {
+			s3Error(w, 400, "InvalidRequest") // S3's answer to a read without the object's SSE-C key
 			return
 		}
 		for k, v := range o.meta {
