@@ -114,6 +114,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
 	if ferr := r.flushAcks(ctx); err == nil {
 		err = ferr
 	}
+	if err == nil { // else the acks may not be through: the window still counts
+		r.dropWindow(ctx)
+	}
 	r.finish()
 	if err != nil {
 		r.sum.ExitReason = ExitError

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
 )
 
 // groupIO is everything a consumer run says to Redis about its group: the
@@ -30,7 +32,7 @@ type groupReader interface {
 	// readNew reads up to count never-delivered entries, blocking up to
 	// block (negative: not at all), with acks sent first in the same round
 	// trip; ackErr is theirs.
-	readNew(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error)
+	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error)
 	// readNewRecordingGaps is readNew without blocking, after recording a
 	// catch-up gap when entries above the group's last-delivered id were
 	// trimmed unread (gapLua).
@@ -51,14 +53,16 @@ type groupReader interface {
 
 // groupWriter records what the loop decided.
 type groupWriter interface {
-	// recordFirstStarts records one start of each id (entries with none yet).
-	recordFirstStarts(ctx context.Context, ids []string) error
-	// recordStart adds a start to id's record and returns the new count.
-	recordStart(ctx context.Context, id string) (int64, error)
-	// restoreStarts puts start records back to prior (0: removed).
-	restoreStarts(ctx context.Context, prior map[string]int64) error
-	// ack acks ids and removes their start records, in one round trip.
-	ack(ctx context.Context, ids []string) error
+	// recordWindow records that every entry from stream id lo to hi that is
+	// still pending had its first start (one field per consumer, O(1)).
+	recordWindow(ctx context.Context, lo, hi string) error
+	// dropWindow removes this consumer's window.
+	dropWindow(ctx context.Context) error
+	// setStarts sets the start records of ids (0: removed).
+	setStarts(ctx context.Context, starts map[string]int64) error
+	// ack acks the ids of a and removes the start records of a.records, in
+	// one round trip.
+	ack(ctx context.Context, a ackSet) error
 	// deadLetter appends rec to the group's dead-letter stream and acks id
 	// (its start record removed) in one MULTI.
 	deadLetter(ctx context.Context, rec Fields, id string) error
@@ -92,6 +96,24 @@ type catchUpIO interface {
 	releaseLease(ctx context.Context)
 }
 
+// ackSet is acks to send: the ids, and those of them whose start record of
+// their own must go too (most entries have none: their first start was
+// recorded in a window).
+type ackSet struct{ ids, records []string }
+
+func (a *ackSet) add(j *job) {
+	a.ids = append(a.ids, j.sid)
+	if j.prior > 0 || (j.recorded && !j.windowed) {
+		a.records = append(a.records, j.sid)
+	}
+}
+
+func (a *ackSet) addAll(b ackSet) {
+	a.ids, a.records = append(a.ids, b.ids...), append(a.records, b.records...)
+}
+
+func (a *ackSet) reset() { a.ids, a.records = a.ids[:0], a.records[:0] }
+
 // claimed is one XAUTOCLAIM step.
 type claimed struct {
 	msgs     []redis.XMessage
@@ -106,7 +128,8 @@ type redisGroup struct {
 	ks                       Keyspace
 	stream, key              string // the stream's name and key
 	group, consumer          string
-	attempts, gaps, leaseKey string
+	attempts, windows        string
+	gaps, leaseKey           string
 	dead                     *Log
 }
 
@@ -114,7 +137,7 @@ var _ groupIO = (*redisGroup)(nil)
 
 func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 	return &redisGroup{rdb: l.rdb, ks: l.ks, stream: l.name, key: l.key, group: group, consumer: consumer,
-		attempts: l.ks.Attempts(l.name, group), gaps: l.ks.CatchUp(l.name, group), leaseKey: l.ks.Lease(l.name, group), dead: dead}
+		attempts: l.ks.Attempts(l.name, group), windows: l.ks.StartWindows(l.name, group), gaps: l.ks.CatchUp(l.name, group), leaseKey: l.ks.Lease(l.name, group), dead: dead}
 }
 
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error) {
@@ -130,17 +153,17 @@ func (g *redisGroup) readPending(ctx context.Context, after string, count int64)
 	return res[0].Messages, nil
 }
 
-func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks []string) (msgs []redis.XMessage, ackErr, err error) {
+func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error) {
 	args := &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block}
 	var read *redis.XStreamSliceCmd
-	if len(acks) > 0 {
+	if len(acks.ids) > 0 {
 		var ack *redis.IntCmd
 		g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			ack, read = g.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
 			return nil
 		})
 		if ackErr = ack.Err(); ackErr != nil {
-			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks), g.key, g.group, ackErr), nil
+			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), nil
 		}
 	} else {
 		read = g.rdb.XReadGroup(ctx, args)
@@ -207,12 +230,14 @@ func (g *redisGroup) counts(ctx context.Context, ids []string, pendingOnly bool)
 	}
 	var pending *redis.XPendingExtCmd
 	var recorded *redis.SliceCmd
+	var windows *redis.MapStringStringCmd
 	g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if pendingOnly {
 			pending = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: g.key, Group: g.group, Consumer: g.consumer,
 				Start: ids[0], End: ids[len(ids)-1], Count: int64(len(ids)) * 4})
 		}
 		recorded = p.HMGet(ctx, g.attempts, ids...)
+		windows = p.HGetAll(ctx, g.windows)
 		return nil
 	})
 	if pendingOnly {
@@ -224,9 +249,16 @@ func (g *redisGroup) counts(ctx context.Context, ids []string, pendingOnly bool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read handler starts from %s: %w", g.attempts, err)
 	}
+	wins, err := windows.Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read start windows from %s: %w", g.windows, err)
+	}
 	for i, v := range vals {
 		s, _ := v.(string)
 		if s == "" {
+			if inWindow(wins, ids[i]) {
+				starts[ids[i]] = 1
+			}
 			continue
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -284,28 +316,23 @@ func (g *redisGroup) marked(ctx context.Context, ids []string) ([]bool, error) {
 	return out, nil
 }
 
-func (g *redisGroup) recordFirstStarts(ctx context.Context, ids []string) error {
-	args := make([]any, 0, 2*len(ids))
-	for _, id := range ids {
-		args = append(args, id, "1")
-	}
-	if err := g.rdb.HSet(ctx, g.attempts, args...).Err(); err != nil {
-		return fmt.Errorf("record %d handler starts in %s: %w", len(ids), g.attempts, err)
+func (g *redisGroup) recordWindow(ctx context.Context, lo, hi string) error {
+	if err := g.rdb.HSet(ctx, g.windows, g.consumer, lo+" "+hi).Err(); err != nil {
+		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	}
 	return nil
 }
 
-func (g *redisGroup) recordStart(ctx context.Context, id string) (int64, error) {
-	n, err := g.rdb.HIncrBy(ctx, g.attempts, id, 1).Result()
-	if err != nil {
-		return 0, fmt.Errorf("record handler start of %s in %s: %w", id, g.attempts, err)
+func (g *redisGroup) dropWindow(ctx context.Context) error {
+	if err := g.rdb.HDel(ctx, g.windows, g.consumer).Err(); err != nil {
+		return fmt.Errorf("drop start window of %s in %s: %w", g.consumer, g.windows, err)
 	}
-	return n, nil
+	return nil
 }
 
-func (g *redisGroup) restoreStarts(ctx context.Context, prior map[string]int64) error {
+func (g *redisGroup) setStarts(ctx context.Context, starts map[string]int64) error {
 	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for id, n := range prior {
+		for id, n := range starts {
 			if n == 0 {
 				p.HDel(ctx, g.attempts, id)
 			} else {
@@ -315,32 +342,51 @@ func (g *redisGroup) restoreStarts(ctx context.Context, prior map[string]int64) 
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("restore %d handler start records in %s: %w", len(prior), g.attempts, err)
+		return fmt.Errorf("record %d handler starts in %s: %w", len(starts), g.attempts, err)
 	}
 	return nil
 }
 
-func (g *redisGroup) ack(ctx context.Context, ids []string) error {
+// inWindow reports whether stream id lies in one of the windows ("lo hi").
+func inWindow(windows map[string]string, id string) bool {
+	sid, err := brand.ParseStreamID(id)
+	if err != nil {
+		return false
+	}
+	for _, w := range windows {
+		lo, hi, _ := strings.Cut(w, " ")
+		l, lerr := brand.ParseStreamID(lo)
+		h, herr := brand.ParseStreamID(hi)
+		if lerr == nil && herr == nil && sid.Compare(l) >= 0 && sid.Compare(h) <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *redisGroup) ack(ctx context.Context, a ackSet) error {
 	var ack *redis.IntCmd
 	g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ack = g.queueAcks(ctx, p, ids)
+		ack = g.queueAcks(ctx, p, a)
 		return nil
 	})
 	if err := ack.Err(); err != nil {
-		return fmt.Errorf("ack %d entries in %s %s: %w", len(ids), g.key, g.group, err)
+		return fmt.Errorf("ack %d entries in %s %s: %w", len(a.ids), g.key, g.group, err)
 	}
 	return nil
 }
 
-// queueAcks queues the ack of ids and the removal of their start records.
-func (g *redisGroup) queueAcks(ctx context.Context, p redis.Pipeliner, ids []string) *redis.IntCmd {
-	ack := p.XAck(ctx, g.key, g.group, ids...)
-	p.HDel(ctx, g.attempts, ids...)
+// queueAcks queues the acks of a and the removal of its start records.
+func (g *redisGroup) queueAcks(ctx context.Context, p redis.Pipeliner, a ackSet) *redis.IntCmd {
+	ack := p.XAck(ctx, g.key, g.group, a.ids...)
+	if len(a.records) > 0 {
+		p.HDel(ctx, g.attempts, a.records...)
+	}
 	return ack
 }
 
 func (g *redisGroup) deadLetter(ctx context.Context, rec Fields, id string) error {
-	ack := func(p redis.Pipeliner) { g.queueAcks(ctx, p, []string{id}) }
+	ack := func(p redis.Pipeliner) { g.queueAcks(ctx, p, ackSet{ids: []string{id}, records: []string{id}}) }
 	if _, err := g.dead.appendChunk(ctx, []Fields{rec}, ack); err != nil {
 		return fmt.Errorf("dead-letter %s to %s: %w", id, g.dead.key, err)
 	}

@@ -24,6 +24,7 @@ type fakeGroup struct {
 	delivered int              // entries[:delivered] were read by the group
 	pel       map[string]int64 // pending id -> deliveries
 	starts    map[string]int64
+	window    string // this consumer's window of first starts, "lo hi"
 	dead      []Fields
 	acks      [][]string // every ack call's ids
 	ackErr    error      // every ack fails with it
@@ -69,8 +70,8 @@ func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([
 	return out, nil
 }
 
-func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks []string) ([]redis.XMessage, error, error) {
-	if len(acks) > 0 {
+func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet) ([]redis.XMessage, error, error) {
+	if len(acks.ids) > 0 {
 		if err := g.ack(ctx, acks); err != nil {
 			return nil, err, nil
 		}
@@ -85,7 +86,7 @@ func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, a
 }
 
 func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
-	msgs, _, err := g.readNew(ctx, -1, count, nil)
+	msgs, _, err := g.readNew(ctx, -1, count, ackSet{})
 	return msgs, err
 }
 
@@ -103,6 +104,8 @@ func (g *fakeGroup) counts(_ context.Context, ids []string, pendingOnly bool) (m
 		}
 		if n := g.starts[id]; n > 0 {
 			starts[id] = n
+		} else if _, pending := g.pel[id]; pending && inWindow(map[string]string{"w1": g.window}, id) {
+			starts[id] = 1
 		}
 	}
 	return deliveries, starts, nil
@@ -112,32 +115,30 @@ func (g *fakeGroup) marked(_ context.Context, ids []string) ([]bool, error) {
 	return make([]bool, len(ids)), nil
 }
 
-func (g *fakeGroup) recordFirstStarts(_ context.Context, ids []string) error {
+func (g *fakeGroup) recordWindow(_ context.Context, lo, hi string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.startErr != nil {
 		return g.startErr
 	}
-	for _, id := range ids {
-		g.starts[id] = 1
-	}
+	g.window = lo + " " + hi
 	return nil
 }
 
-func (g *fakeGroup) recordStart(_ context.Context, id string) (int64, error) {
+func (g *fakeGroup) dropWindow(context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.window = ""
+	return nil
+}
+
+func (g *fakeGroup) setStarts(_ context.Context, starts map[string]int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.startErr != nil {
-		return 0, g.startErr
+		return g.startErr
 	}
-	g.starts[id]++
-	return g.starts[id], nil
-}
-
-func (g *fakeGroup) restoreStarts(_ context.Context, prior map[string]int64) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for id, n := range prior {
+	for id, n := range starts {
 		if g.starts[id] = n; n == 0 {
 			delete(g.starts, id)
 		}
@@ -145,15 +146,17 @@ func (g *fakeGroup) restoreStarts(_ context.Context, prior map[string]int64) err
 	return nil
 }
 
-func (g *fakeGroup) ack(_ context.Context, ids []string) error {
+func (g *fakeGroup) ack(_ context.Context, a ackSet) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.acks = append(g.acks, slices.Clone(ids))
+	g.acks = append(g.acks, slices.Clone(a.ids))
 	if g.ackErr != nil {
 		return g.ackErr
 	}
-	for _, id := range ids {
+	for _, id := range a.ids {
 		delete(g.pel, id)
+	}
+	for _, id := range a.records {
 		delete(g.starts, id)
 	}
 	return nil
@@ -163,7 +166,7 @@ func (g *fakeGroup) deadLetter(ctx context.Context, rec Fields, id string) error
 	g.mu.Lock()
 	g.dead = append(g.dead, rec)
 	g.mu.Unlock()
-	return g.ack(ctx, []string{id})
+	return g.ack(ctx, ackSet{ids: []string{id}, records: []string{id}})
 }
 
 func (g *fakeGroup) mark(context.Context, string, time.Duration) error { return nil }

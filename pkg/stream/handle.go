@@ -38,6 +38,7 @@ type job struct {
 	prior    int64       // handler starts recorded before this delivery (Keyspace.Attempts)
 	inPEL    bool        // the entry is pending for this consumer (not read from the archive)
 	recorded bool        // this start is recorded (starts)
+	windowed bool        // recorded as a first start in the consumer's window
 	started  atomic.Bool // the handler was called
 	finished atomic.Bool // the handler returned; err is set
 	acked    bool        // acked as soon as it succeeded (earlyAcks), under earlyAcks.mu
@@ -81,6 +82,7 @@ func (r *run) process(ctx context.Context, jobs []*job, readAt time.Time) error 
 	r.c.failpoint("after-handle")
 	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
+	r.keepStarts(wctx, jobs)
 	err := r.settle(wctx, jobs)
 	r.c.failpoint("after-ack")
 	if xerr != nil {
@@ -309,7 +311,6 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	case <-graceOver:
 	}
 	early.close()
-	st.undo(ctx)
 	for _, j := range runnable {
 		if j.finished.Load() {
 			r.judge(j)
@@ -385,13 +386,13 @@ func (r *run) judge(j *job) {
 // settle acks the handled entries in one round trip (their start records
 // removed with them), dead-letters the poison ones, and counts every fate.
 func (r *run) settle(ctx context.Context, jobs []*job) error {
-	var acks []string
+	var acks ackSet
 	for _, j := range jobs {
 		switch {
 		case j.fate == fateAck && j.acked:
 			r.sum.Acked++
 		case j.fate == fateAck:
-			acks = append(acks, j.sid)
+			acks.add(j)
 		case j.fate == fatePending:
 			r.sum.Failed++
 			r.c.Logger.Debug("left pending", "id", j.d.StreamID.String(), "attempts", j.d.Attempts, "error", fmt.Sprint(j.err))
@@ -399,14 +400,14 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 			r.sum.Abandoned++
 		}
 	}
-	if len(acks) > 0 && r.carry { // counted now; a failed send fails the run
-		r.acks = append(r.acks, acks...)
-		r.sum.Acked += int64(len(acks))
-	} else if len(acks) > 0 {
+	if n := int64(len(acks.ids)); n > 0 && r.carry { // counted now; a failed send fails the run
+		r.acks.addAll(acks)
+		r.sum.Acked += n
+	} else if n > 0 {
 		if err := r.c.io.ack(ctx, acks); err != nil {
 			return err
 		}
-		r.sum.Acked += int64(len(acks))
+		r.sum.Acked += n
 	}
 	for _, j := range jobs {
 		if j.fate != fateDead {
@@ -453,14 +454,14 @@ func (r *run) acked(err error) error {
 	if err != nil {
 		return err
 	}
-	r.acks = r.acks[:0]
+	r.acks.reset()
 	return nil
 }
 
 // flushAcks sends carried acks that no read took along (at the end of a
 // run, also after cancellation, bounded by WriteTimeout).
 func (r *run) flushAcks(ctx context.Context) error {
-	if len(r.acks) == 0 {
+	if len(r.acks.ids) == 0 {
 		return nil
 	}
 	wctx, cancel := r.writeCtx(ctx)
@@ -471,11 +472,11 @@ func (r *run) flushAcks(ctx context.Context) error {
 // ackEarly acks every job before it runs: the negative control's broken
 // order (see negativeAck). Never called in a real build.
 func (r *run) ackEarly(ctx context.Context, jobs []*job) {
-	ids := make([]string, 0, len(jobs))
+	var ids ackSet
 	for _, j := range jobs {
-		ids = append(ids, j.sid)
+		ids.add(j)
 	}
-	if len(ids) > 0 {
+	if len(ids.ids) > 0 {
 		r.c.io.ack(ctx, ids)
 	}
 }

@@ -12,22 +12,28 @@ import (
 // Attempts are handler starts, not deliveries. Redis counts a delivery when
 // an entry is read, and a run reads (and reads ahead) up to 1,000 entries:
 // killed with 10 handlers started, it would burn an attempt on all 1,000.
-// So a run records each start in the group's attempts hash (Keyspace.Attempts)
-// before the handler runs, and removes the record with the ack or the dead
-// letter. MaxAttempts is judged on those records.
+// So a run records each start before the handler runs, and MaxAttempts is
+// judged on those records:
 //
-// A delivery whose entry has a record already (it failed, or a worker died
-// while it ran or was about to) is recorded alone, right before its handler
-// starts: a poison entry that kills the worker each time counts every start,
-// and nothing else does. Entries without a record are recorded in windows of
-// up to maxStartWindow deliveries, one round trip a window, while handlers
-// are quick (under fastStart an entry), and one at a time once they are
-// slow: a kill then burns an attempt only on the unstarted entries of the
-// current window, and each entry at most once in its life, since its second
-// delivery is recorded alone. A run that stops without being killed takes
-// back the records of entries it recorded and did not start.
+//   - an entry started before (a failure, or a worker that died with it)
+//     has its own record in the attempts hash, set to its new count alone,
+//     right before its handler starts: a poison entry that kills the worker
+//     each time counts every start, and nothing else does;
+//   - first starts are recorded as a window: one field per consumer (the
+//     windows hash) saying "every entry of this batch from lo to hi that is
+//     still pending was started once", extended in steps that grow ×4 up to
+//     maxStartWindow entries while handlers are quick (under fastStart an
+//     entry) and shrink to one entry once they are slow (over slowStart), or
+//     when MaxAttempts is 1. One O(1) write a step; a kill counts a start
+//     for the unstarted rest of the current step, once in an entry's life
+//     (its next start is recorded alone);
+//   - at settle, a windowed entry left pending (failed, or abandoned while it
+//     ran) gets its own record, since the next batch's window replaces this
+//     one; a run that ends drops its window.
+//
+// Acks remove an entry's own record.
 const (
-	maxStartWindow = 256
+	maxStartWindow = 1024
 	fastStart      = 100 * time.Microsecond
 	slowStart      = time.Millisecond
 )
@@ -39,7 +45,8 @@ type starts struct {
 
 	mu     sync.Mutex
 	next   int       // jobs[:next] are recorded
-	lastAt time.Time // when the last window was recorded
+	lo     string    // the first windowed job's stream id, once there is one
+	lastAt time.Time // when the last step was recorded
 	lastN  int       // and how many it held
 	err    error     // a failed record: no further handler starts
 }
@@ -58,7 +65,7 @@ func (s *starts) record(ctx context.Context, i int) error {
 	}
 	s.adapt()
 	end := i + 1
-	if s.jobs[i].prior == 0 { // a first start: a window of first starts
+	if s.jobs[i].prior == 0 { // a first start: a step of first starts
 		for end < len(s.jobs) && end-i < s.r.window && s.jobs[end].prior == 0 {
 			end++
 		}
@@ -91,9 +98,15 @@ func (r *run) warnOOM(err error) {
 	}
 }
 
-// adapt sizes the next window from how quickly the last one was started:
-// four times larger while quick, half as large once slow.
+// adapt sizes the next step from how quickly the last one was started:
+// four times larger while quick, half as large once slow; one entry when a
+// single start is all MaxAttempts allows (a start counted for an entry that
+// never ran would dead-letter it unrun).
 func (s *starts) adapt() {
+	if s.r.c.MaxAttempts <= 1 {
+		s.r.window = 1
+		return
+	}
 	if s.lastN == 0 {
 		return
 	}
@@ -106,50 +119,59 @@ func (s *starts) adapt() {
 	}
 }
 
-// write records the starts of a window: first starts in one round trip, a
-// repeated start alone (its count is the server's answer).
+// write records the starts of a step: a repeated start alone, first starts
+// by extending the consumer's window to the step's last entry.
 func (s *starts) write(ctx context.Context, w []*job) error {
 	if len(w) == 1 && w[0].prior > 0 {
-		n, err := s.r.c.io.recordStart(ctx, w[0].sid)
-		if err != nil {
+		n := w[0].prior + 1
+		if err := s.r.c.io.setStarts(ctx, map[string]int64{w[0].sid: n}); err != nil {
 			return err
 		}
 		w[0].d.Attempts, w[0].recorded = n, true
 		return nil
 	}
-	ids := make([]string, len(w))
-	for i, j := range w {
-		ids[i] = j.sid
+	lo := s.lo
+	if lo == "" {
+		lo = w[0].sid
 	}
-	if err := s.r.c.io.recordFirstStarts(ctx, ids); err != nil {
+	if err := s.r.c.io.recordWindow(ctx, lo, w[len(w)-1].sid); err != nil {
 		return err
 	}
+	s.lo, s.r.windowed = lo, true
 	for _, j := range w {
-		j.d.Attempts, j.recorded = 1, true
+		j.d.Attempts, j.recorded, j.windowed = 1, true, true
 	}
 	return nil
 }
 
-// undo takes back the records of jobs that were recorded and never
-// started (the run stopped, or a record failed): their count goes back to
-// what it was. Best effort: a failure leaves one attempt too many.
-func (s *starts) undo(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prior := map[string]int64{}
-	for _, j := range s.jobs[:s.next] {
-		if j.recorded && !j.started.Load() {
-			prior[j.sid] = j.prior
-			j.recorded, j.d.Attempts = false, j.prior
+// keepStarts gives the windowed jobs that stay pending (failed, or
+// abandoned while running) a record of their own: the next batch's window
+// replaces this one. Best effort: a failure leaves one start uncounted.
+func (r *run) keepStarts(ctx context.Context, jobs []*job) {
+	keep := map[string]int64{}
+	for _, j := range jobs {
+		if j.windowed && j.started.Load() && (j.fate == fatePending || j.fate == fateAbandoned) {
+			keep[j.sid] = 1
 		}
 	}
-	if len(prior) == 0 {
+	if len(keep) == 0 {
 		return
 	}
-	wctx, cancel := s.r.writeCtx(ctx)
+	if err := r.c.io.setStarts(ctx, keep); err != nil {
+		r.c.Logger.Warn("could not record the starts of entries left pending", "entries", len(keep), "error", err.Error())
+	}
+}
+
+// dropWindow removes the run's window at its end: every entry it covered
+// is acked, or has a record of its own (keepStarts).
+func (r *run) dropWindow(ctx context.Context) {
+	if !r.windowed {
+		return
+	}
+	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	if err := s.r.c.io.restoreStarts(wctx, prior); err != nil {
-		s.r.c.Logger.Warn("could not take back unstarted attempts", "entries", len(prior), "error", err.Error())
+	if err := r.c.io.dropWindow(wctx); err != nil {
+		r.c.Logger.Debug("could not drop the start window", "error", err.Error())
 	}
 }
 
@@ -290,14 +312,14 @@ func (e *earlyAcks) add(ctx context.Context, j *job) {
 	if time.Since(e.last) < ackEvery {
 		return
 	}
-	ids := make([]string, len(e.waiting))
-	for i, w := range e.waiting {
-		ids[i] = w.sid
+	var acks ackSet
+	for _, w := range e.waiting {
+		acks.add(w)
 	}
 	wctx, cancel := e.r.writeCtx(ctx)
 	defer cancel()
-	if err := e.r.c.io.ack(wctx, ids); err != nil {
-		e.r.c.Logger.Warn("could not ack finished entries early; the batch's ack retries", "entries", len(ids), "error", err.Error())
+	if err := e.r.c.io.ack(wctx, acks); err != nil {
+		e.r.c.Logger.Warn("could not ack finished entries early; the batch's ack retries", "entries", len(acks.ids), "error", err.Error())
 		return
 	}
 	for _, w := range e.waiting {

@@ -112,19 +112,21 @@ func TestConsumer_DeadWorkersEntriesAreStillReclaimed(t *testing.T) {
 	}
 }
 
+const windowsKey = "emq:{cm}:windows:events:billing"
+
 // Attempts count handler starts: while the tenth of 20 slow handlers runs,
-// the tenth entry's start is recorded and nothing after it is (what a kill
-// would leave), though all 20 were read. Entries acked already (a slow
-// batch acks its successes as they come) have no record left.
+// the consumer's window of first starts reaches the tenth entry and no
+// further (what a kill would leave), though all 20 were read. A clean end
+// leaves no record.
 func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 	f := newFixture(t, 20)
 	c := f.consumer(t, "w1")
 	c.Count = 20
-	var seen map[string]string
+	var window string
 	var n atomic.Int64
 	h := func(ctx context.Context, d stream.Delivery) error {
 		if n.Add(1) == 10 {
-			seen = f.rdb.HGetAll(ctx, attemptsKey).Val()
+			window = f.rdb.HGet(ctx, windowsKey, "w1").Val()
 		}
 		time.Sleep(2 * time.Millisecond)
 		if d.Attempts != 1 || d.Deliveries != 1 {
@@ -133,15 +135,11 @@ func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 		return nil
 	}
 	run(t, c, h)
-	if seen[f.ids[9].StreamID.String()] != "1" {
-		t.Fatalf("the running tenth entry has no start record: %v", seen)
+	if want := f.ids[0].StreamID.String() + " " + f.ids[9].StreamID.String(); window != want {
+		t.Fatalf("window of first starts while the tenth handler ran: %q, want %q", window, want)
 	}
-	for _, id := range f.ids[10:] {
-		if _, ok := seen[id.StreamID.String()]; ok {
-			t.Fatalf("entry %s, read but not started, has a start record: %v", id, seen)
-		}
-	}
-	if left := f.rdb.HLen(context.Background(), attemptsKey).Val(); left != 0 {
+	ctx := context.Background()
+	if left := f.rdb.HLen(ctx, attemptsKey).Val() + f.rdb.HLen(ctx, windowsKey).Val(); left != 0 {
 		t.Fatalf("%d start records left after every entry was acked", left)
 	}
 }
@@ -249,5 +247,39 @@ func TestConsumer_DedupeMarkerPrecedesTheAck(t *testing.T) {
 	run(t, c, h)
 	if len(markedBeforeAck) != 2 || !markedBeforeAck[0] || !markedBeforeAck[1] {
 		t.Fatalf("markers of handled, unacked entries: %v, want both written", markedBeforeAck)
+	}
+}
+
+// A window left by a killed worker counts one start for each entry in it
+// still pending, and none for the others.
+func TestConsumer_AWindowLeftByAKillCountsOneStart(t *testing.T) {
+	f := newFixture(t, 6)
+	ctx := context.Background()
+	c := f.consumer(t, "w1")
+	c.MaxAttempts = 2
+	c.EnsureGroup(ctx)
+	// w1 read all six and was killed with the first four recorded as started.
+	f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "w1", Streams: []string{f.log.Key(), ">"}, Count: 10})
+	f.rdb.HSet(ctx, windowsKey, "w1", f.ids[0].StreamID.String()+" "+f.ids[3].StreamID.String())
+	attempts := map[string]int64{}
+	var mu sync.Mutex
+	h := func(_ context.Context, d stream.Delivery) error {
+		mu.Lock()
+		attempts[d.ID.String()] = d.Attempts
+		mu.Unlock()
+		return errors.New("still failing")
+	}
+	sum := run(t, c, h)
+	for i, id := range f.ids {
+		want := int64(1)
+		if i < 4 {
+			want = 2
+		}
+		if attempts[id.String()] != want {
+			t.Fatalf("entry %d started as attempt %d, want %d", i, attempts[id.String()], want)
+		}
+	}
+	if sum.DeadLettered != 4 || sum.Failed != 2 {
+		t.Fatalf("summary %+v: the four in the window reach max-attempts 2, the others fail once", sum)
 	}
 }

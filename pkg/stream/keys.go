@@ -26,6 +26,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:catchup:<stream>:<group>      gaps to read from the archive, head first (list)
 //	<prefix>:{<queue>}:lease:<stream>:<group>        which consumer is catching up (string, with a TTL)
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
+//	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
 type Keyspace struct {
 	Prefix string
@@ -119,4 +120,12 @@ func (k Keyspace) Archived(stream, deadGroup string) string {
 		return k.base() + "archive:" + stream + ":dead:" + deadGroup
 	}
 	return k.base() + "archive:" + stream
+}
+
+// StartWindows returns the key of a group's windows of first handler
+// starts: per consumer, the range of stream ids of the batch in hand whose
+// first starts are recorded as one (an entry in it that is still pending
+// was started once unless its own record says more).
+func (k Keyspace) StartWindows(stream, group string) string {
+	return k.base() + "windows:" + stream + ":" + group
 }

@@ -45,12 +45,13 @@ type run struct {
 	// instead of two); acks holds them until then. Redis applies an XACK as
 	// it arrives, even in a pipeline whose read then blocks.
 	carry bool
-	acks  []string
+	acks  ackSet
 	// batch is the size of the next read (Consumer.Count, or adapted).
 	batch int64
 	// window is how many first handler starts are recorded in one round
 	// trip (starts); renewed counts in-flight entries kept from peers.
 	window    int
+	windowed  bool // a window of first starts was recorded (dropped at the end)
 	renewed   atomic.Int64
 	oomWarned atomic.Bool
 }
@@ -384,7 +385,7 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 		return nil
 	}
 	acks := r.acks
-	r.acks = nil // the prefetch owns them now
+	r.acks = ackSet{} // the prefetch owns them now
 	out := make(chan prefetched, 1)
 	at := time.Now()
 	go func() {
