@@ -124,13 +124,13 @@ type claimed struct {
 
 // redisGroup is groupIO on Redis: one consumer of one group of one stream.
 type redisGroup struct {
-	rdb                      Client
-	ks                       Keyspace
-	stream, key              string // the stream's name and key
-	group, consumer          string
-	attempts, windows        string
-	gaps, leaseKey           string
-	dead                     *Log
+	rdb               Client
+	ks                Keyspace
+	stream, key       string // the stream's name and key
+	group, consumer   string
+	attempts, windows string
+	gaps, leaseKey    string
+	dead              *Log
 }
 
 var _ groupIO = (*redisGroup)(nil)
