@@ -38,6 +38,8 @@ var handlerRows = []handlerCell{
 	// One batch of 6 × 2 s = 12 s at concurrency 1: longer than the 10 s
 	// write timeout, which once expired before the batch's ack was sent.
 	{"2s-batch-over-write-timeout", 2 * time.Second, 6, []string{"--count", "6"}},
+	// One handler longer than the 10 s write timeout on its own.
+	{"15s-handler-over-write-timeout", 15 * time.Second, 2, []string{"--count", "2"}},
 	// Each handler outlasts --min-idle: a peer beating all the while must
 	// not take entries still in progress.
 	{"1.5s-over-min-idle", 1500 * time.Millisecond, 8, []string{"--count", "8", "--min-idle", "1s"}},
