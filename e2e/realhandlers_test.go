@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -194,14 +195,7 @@ func TestWorker_ExecHandlerDiesWithItsWorker(t *testing.T) {
 	// The shell replaces itself with sleep after writing its pid: the
 	// handler process is the one the worker started.
 	cmd, _, _ := startWorker(t, env, "--consumer", "w1", "--", "sh", "-c", `echo $$ > `+pidFile+`; exec sleep 60`)
-	var pid string
-	for deadline := time.Now().Add(10 * time.Second); pid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(pidFile)
-		pid = strings.TrimSpace(string(b))
-	}
-	if pid == "" {
-		t.Fatal("the handler never started")
-	}
+	pid := waitPID(t, pidFile)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	for deadline := time.Now().Add(3 * time.Second); processAlive(pid); time.Sleep(20 * time.Millisecond) {
@@ -211,6 +205,18 @@ func TestWorker_ExecHandlerDiesWithItsWorker(t *testing.T) {
 		}
 	}
 	report(t, scenario{Name: "exec handler dies with its SIGKILLed worker", Runs: 1, Faults: 1, Detected: 1})
+}
+
+// waitPID waits for a handler to write its pid to file and returns it.
+func waitPID(t *testing.T, file string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(file); len(bytes.TrimSpace(b)) > 0 {
+			return string(bytes.TrimSpace(b))
+		}
+	}
+	t.Fatal("the handler never started")
+	return ""
 }
 
 // processAlive reports whether pid exists and is not a zombie.
@@ -239,14 +245,7 @@ func TestWorker_GraceExpiryKillsTheHandlerGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	cmd, out, errOut := startWorker(t, env, "--consumer", "w1", "--grace", "300ms",
 		"--", "sh", "-c", `trap "" TERM; sleep 60 & echo $! > `+pidFile+`; wait`)
-	var pid string
-	for deadline := time.Now().Add(10 * time.Second); pid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(pidFile)
-		pid = strings.TrimSpace(string(b))
-	}
-	if pid == "" {
-		t.Fatal("the handler never started")
-	}
+	pid := waitPID(t, pidFile)
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
 	if exitStatus(err) != 3 || !strings.Contains(out.String(), `"exit_reason":"cancelled"`) {

@@ -289,24 +289,12 @@ func (r *run) catchUpBatch(ctx context.Context, h History, head string, g gap) (
 // batch runs: handlers slower than LeaseTTL in total must not let a peer
 // take the lease and catch up the same entries. stop ends it.
 func (r *run) keepLease(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(r.c.LeaseTTL/4, 10*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := r.c.io.takeLease(ctx, r.c.LeaseTTL); err != nil && ctx.Err() == nil {
-				r.c.Logger.Warn("could not renew the catch-up lease", "group", r.c.group, "error", err.Error())
-			}
+	every := max(r.c.LeaseTTL/4, 10*time.Millisecond)
+	return repeat(ctx, every, every, func(ctx context.Context) {
+		if _, err := r.c.io.takeLease(ctx, r.c.LeaseTTL); err != nil && ctx.Err() == nil {
+			r.c.Logger.Warn("could not renew the catch-up lease", "group", r.c.group, "error", err.Error())
 		}
-	}()
-	return func() { cancel(); <-done }
+	})
 }
 
 // LeaseTTL default: long enough for a batch of handlers.

@@ -243,11 +243,17 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 		return func() {}
 	}
 	every := r.c.MinIdle / renewEvery
+	return repeat(ctx, every-time.Since(readAt), every, func(ctx context.Context) { r.renew(ctx, ids) })
+}
+
+// repeat calls fn after first, then every period, in a goroutine, with a
+// context that outlives ctx's cancellation; stop ends it and waits for it.
+func repeat(ctx context.Context, first, period time.Duration, fn func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(max(every-time.Since(readAt), 0))
+		t := time.NewTimer(max(first, 0))
 		defer t.Stop()
 		for {
 			select {
@@ -255,8 +261,8 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 				return
 			case <-t.C:
 			}
-			r.renew(ctx, ids)
-			t.Reset(every)
+			fn(ctx)
+			t.Reset(period)
 		}
 	}()
 	return func() { cancel(); <-done }
