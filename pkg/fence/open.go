@@ -56,6 +56,9 @@ func parseS3(u *url.URL) (*S3Config, error) {
 	cfg := &S3Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
 	if cfg.Prefix != "" {
 		if err := CheckKey(cfg.Prefix); err != nil {
+			if strings.ContainsAny(cfg.Prefix, "@:") { // userinfo in the wrong place: not echoed
+				return nil, fmt.Errorf("%w: the s3 prefix holds ':' or '@' (credentials in the wrong place?); it is not shown", ErrBadURL)
+			}
 			return nil, fmt.Errorf("%w: s3 prefix: %v", ErrBadURL, err)
 		}
 	}
