@@ -20,6 +20,10 @@ var negativeControls = []struct {
 	// In-flight entries are never renewed: a peer steals a live worker's
 	// work in progress once its handlers outlast MinIdle.
 	{"silt_negative_lease", "./pkg/stream", "^TestConsumer_LiveWorkerKeepsItsEntriesFromPeers$", "work in progress stolen"},
+	// The archiver trims by the remote's watermark without proving the
+	// history is this stream's: a second Redis sharing the bucket loses
+	// its stream.
+	{"silt_negative_proof", "./pkg/archive", "^TestArchive_SharedPrefixIsRefused$", "run on the second Redis"},
 	// A 412 is taken for a lost race without reading the object back.
 	{"silt_negative_readback", "./pkg/fence", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
 	// The page checksum is skipped: a corrupt page read by range goes through.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
@@ -36,18 +37,22 @@ func xlen(t *testing.T, e *env) int64 {
 func TestArchive_SharedPrefixIsRefused(t *testing.T) {
 	ctx := context.Background()
 	prod := newEnv(t)
+	staging := prod.other(t)
+	staging.appendN(t, 20) // minted before prod's: all of them at or below prod's W
+	time.Sleep(5 * time.Millisecond)
 	prod.appendN(t, 20)
 	if _, err := prod.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
 		t.Fatal(err)
 	}
-	staging := prod.other(t)
-	staging.appendN(t, 20) // minted after prod's, so prod's W is below this stream's top
-	res, err := staging.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil)
+	staging.appendN(t, 5) // and a few above it
+	a := staging.open(t)
+	a.Exact = true // so that a trim, were it allowed, would show at once
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 5}, nil)
 	if !errors.Is(err, archive.ErrNotThisArchive) || res.Trimmed != 0 || res.Archived != 0 {
 		t.Fatalf("run on the second Redis: %+v, %v", res, err)
 	}
-	if n := xlen(t, staging); n != 20 {
-		t.Fatalf("the second Redis's stream holds %d of 20", n)
+	if n := xlen(t, staging); n != 25 {
+		t.Fatalf("the second Redis's stream holds %d of 25", n)
 	}
 	// The first Redis goes on archiving.
 	prod.appendN(t, 5)
