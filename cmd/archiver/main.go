@@ -1,5 +1,5 @@
 // Command archiver is silt's archive face: it reads a stream's history and
-// (in later changes) folds old entries into object storage before trimming.
+// folds old entries into object storage before trimming.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command worker is silt's worker face: it appends entries to a stream and
-// (in later changes) runs short-lived consumers over a consumer group.
+// runs short-lived consumers over a consumer group.
 package main
 
 import (

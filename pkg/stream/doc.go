@@ -1,6 +1,6 @@
 // Package stream is the Redis side of silt: the keyspace, the Log that appends
-// branded entries and reads them back in mint order, and (in later changes)
-// the Consumer that runs a short-lived worker over a consumer group.
+// branded entries and reads them back in mint order, and the Consumer that
+// runs a short-lived worker over a consumer group.
 //
 // Every key lives under <prefix>:{<queue>}: so that all keys of a queue share
 // one Redis Cluster slot. Keyspace documents each key in one place.

@@ -137,7 +137,7 @@ func (r *run) waitLease(ctx context.Context) error {
 const leasePoll = 100 * time.Millisecond
 
 // adapt sizes the next read after a batch of n entries and size payload
-// bytes took took to handle. From its read until its acks a batch is
+// bytes took to handle. From its read until its acks a batch is
 // pending on this consumer, and peers reclaim what stays idle MinIdle; so an
 // adaptive read grows (doubling, up to autoCountMax) only while a full batch
 // takes under MinIdle/100 and holds under half of autoBytesMax, and shrinks
