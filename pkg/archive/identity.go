@@ -61,19 +61,31 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		got, err := a.log.ClaimArchiveIdentity(ctx, a.identity, a.vol.Name(), a.RemoteName)
+		if err != nil {
+			return err
+		}
+		if got != a.identity {
+			return fmt.Errorf("archive %s: another run recorded archive %q while this one adopted %q: %w", a.log.Key(), got, a.identity, ErrNotThisArchive)
+		}
 		return a.record(ctx, latest.LSN, st.W)
 	}
 	a.identity, err = a.log.ClaimArchiveIdentity(ctx, newIdentity(), a.vol.Name(), a.RemoteName)
 	return err
 }
 
-// record writes the archive's record in Redis at lsn and w.
+// record updates the archive's record in Redis to lsn and w. A record
+// gone meanwhile stops the run before any trim.
 func (a *Archive) record(ctx context.Context, lsn uint64, w brand.StreamID) error {
 	ws := ""
 	if !w.IsZero() {
 		ws = w.String()
 	}
-	return a.log.RecordArchive(ctx, stream.ArchiveRecord{Identity: a.identity, Volume: a.vol.Name(), Remote: a.RemoteName, LSN: lsn, W: ws})
+	err := a.log.RecordArchive(ctx, stream.ArchiveRecord{Identity: a.identity, Volume: a.vol.Name(), Remote: a.RemoteName, LSN: lsn, W: ws})
+	if errors.Is(err, stream.ErrRecordLost) {
+		return fmt.Errorf("archive %s: %w: %w; nothing trimmed", a.log.Key(), err, ErrNotThisArchive)
+	}
+	return err
 }
 
 // provenTrim checks, right before a trim up to w, that the remote's latest

@@ -115,3 +115,30 @@ func TestArchive_WrongRemoteIsRefused(t *testing.T) {
 }
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
+
+// A Redis that loses the archive's record while a run goes on (restarted
+// without persistence, flushed) stops the run at its next commit: the
+// record is not written back into the emptied Redis, nothing more is
+// trimmed, and the next run refuses the remote as never recorded.
+func TestArchive_RecordLostDuringARunStopsIt(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.appendN(t, 50)
+	a := e.open(t)
+	a.SliceEntries, a.Exact = 10, true
+	commits := 0
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 5}, func(archive.Result) {
+		if commits++; commits == 1 {
+			e.rdb.Del(ctx, "emq:{cm}:archive:events")
+		}
+	})
+	if !errors.Is(err, archive.ErrNotThisArchive) || !errors.Is(err, stream.ErrRecordLost) || res.Commits != 1 || res.Trimmed != 10 {
+		t.Fatalf("run: %+v, %v; want it stopped at its second commit (not counted), only the first slice trimmed", res, err)
+	}
+	if n := e.rdb.Exists(ctx, "emq:{cm}:archive:events").Val(); n != 0 {
+		t.Fatal("the record was written back into the emptied Redis")
+	}
+	if _, err := e.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); !errors.Is(err, archive.ErrNotThisArchive) {
+		t.Fatalf("next run: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -40,13 +41,34 @@ func (l *Log) ArchiveRecord(ctx context.Context) (rec ArchiveRecord, ok bool, er
 	return rec, true, nil
 }
 
-// RecordArchive writes rec as this log's archive record.
+// ErrRecordLost is returned by RecordArchive when Redis no longer holds
+// the record under rec's identity: it was flushed, restarted without
+// persistence or restored while the archiver ran.
+var ErrRecordLost = errors.New("Redis lost the archive's record during the run (restarted without persistence, flushed or restored?)")
+
+// recordScript updates the archive record only while it holds the same
+// identity: a write after a flush must not make an emptied Redis look as
+// if it had always recorded the archive.
+//
+// KEYS: record. ARGV: identity, volume, remote, lsn, w.
+var recordScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'identity') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'volume', ARGV[2], 'remote', ARGV[3], 'lsn', ARGV[4], 'w', ARGV[5])
+return 1
+`)
+
+// RecordArchive updates this log's archive record to rec (its LSN and W
+// after a commit). The record must exist under rec.Identity (see
+// ClaimArchiveIdentity); else it returns ErrRecordLost and writes nothing.
 func (l *Log) RecordArchive(ctx context.Context, rec ArchiveRecord) error {
 	key := l.ks.Archived(l.name, l.deadGroup)
-	err := l.rdb.HSet(ctx, key, "identity", rec.Identity, "volume", rec.Volume, "remote", rec.Remote,
-		"lsn", strconv.FormatUint(rec.LSN, 10), "w", rec.W).Err()
+	n, err := recordScript.Run(ctx, l.rdb, []string{key}, rec.Identity, rec.Volume, rec.Remote,
+		strconv.FormatUint(rec.LSN, 10), rec.W).Int()
 	if err != nil {
 		return fmt.Errorf("archive record %s: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("archive record %s: %w", key, ErrRecordLost)
 	}
 	return nil
 }
