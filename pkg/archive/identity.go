@@ -30,9 +30,10 @@ const metaIdentity = "identity"
 // checkIdentity compares the remote's latest commit with Redis's record
 // and settles the identity this run commits under.
 func (a *Archive) checkIdentity(ctx context.Context) error {
-	if noProof {
-		a.identity = newIdentity()
-		return nil
+	if noProof { // the negative control: take any remote as ours
+		var err error
+		a.identity, err = a.log.ClaimArchiveIdentity(ctx, newIdentity(), a.vol.Name(), a.RemoteName)
+		return err
 	}
 	rec, recorded, err := a.log.ArchiveRecord(ctx)
 	if err != nil {
