@@ -288,7 +288,8 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	defer stop()
 
 	st := r.newStarts(runnable)
-	early := &earlyAcks{r: r, last: time.Now()}
+	now := time.Now()
+	early := &earlyAcks{r: r, start: now, last: now}
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup

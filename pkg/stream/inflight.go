@@ -233,17 +233,20 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 	if leasesOff || r.c.MinIdle < minRenewIdle {
 		return func() {}
 	}
-	var ids []string
-	for _, j := range jobs {
-		if j.inPEL {
-			ids = append(ids, j.sid)
-		}
-	}
-	if len(ids) == 0 {
-		return func() {}
-	}
+	var ids []string // built when the first renewal is due: most batches end before
 	every := r.c.MinIdle / renewEvery
-	return repeat(ctx, every-time.Since(readAt), every, func(ctx context.Context) { r.renew(ctx, ids) })
+	return repeat(ctx, every-time.Since(readAt), every, func(ctx context.Context) {
+		if ids == nil {
+			for _, j := range jobs {
+				if j.inPEL {
+					ids = append(ids, j.sid)
+				}
+			}
+		}
+		if len(ids) > 0 {
+			r.renew(ctx, ids)
+		}
+	})
 }
 
 // repeat calls fn after first, then every period, in a goroutine, with a
@@ -295,6 +298,7 @@ type earlyAcks struct {
 	r       *run
 	mu      sync.Mutex
 	last    time.Time // the batch's start, then the last early ack
+	start   time.Time // when the batch began
 	waiting []*job
 	closed  bool // the batch goes to settle: a handler finishing later is abandoned
 }
@@ -311,8 +315,8 @@ func (e *earlyAcks) close() {
 func (e *earlyAcks) add(ctx context.Context, j *job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return
+	if e.closed || time.Since(e.start) < ackEvery {
+		return // the batch's own ack takes it: a quick batch stays one ack
 	}
 	e.waiting = append(e.waiting, j)
 	if time.Since(e.last) < ackEvery {
