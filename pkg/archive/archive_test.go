@@ -28,13 +28,19 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb := testserver.Redis(t).Client(t)
-	ks, _ := stream.NewKeyspace("", "cm")
-	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	st, err := fence.OpenLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := fence.OpenLocal(t.TempDir())
+	return newEnvOn(t, st)
+}
+
+// newEnvOn is an env with its own redis-server and the given remote.
+func newEnvOn(t *testing.T, st fence.Store) *env {
+	t.Helper()
+	rdb := testserver.Redis(t).Client(t)
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
 	if err != nil {
 		t.Fatal(err)
 	}

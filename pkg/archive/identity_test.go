@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"
@@ -15,16 +14,7 @@ import (
 )
 
 // other is a second Redis with a stream of the same name, sharing e's remote.
-func (e *env) other(t *testing.T) *env {
-	t.Helper()
-	rdb := testserver.Redis(t).Client(t)
-	ks, _ := stream.NewKeyspace("", "cm")
-	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{rdb: rdb, log: l, store: e.store}
-}
+func (e *env) other(t *testing.T) *env { return newEnvOn(t, e.store) }
 
 func xlen(t *testing.T, e *env) int64 {
 	t.Helper()

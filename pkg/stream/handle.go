@@ -108,14 +108,14 @@ func (r *run) before(ctx context.Context, jobs []*job) error {
 // and the handler starts recorded for them. Entries no longer pending for us
 // (a peer reclaimed or acked them since) are dropped.
 func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) ([]*job, error) {
-	var deliveries map[string]int64
+	var deliveries, starts map[string]int64
 	if src != fromNew {
 		ids := make([]string, len(msgs))
 		for i, m := range msgs {
 			ids[i] = m.ID
 		}
 		var err error
-		if deliveries, _, err = r.c.io.counts(ctx, ids, true); err != nil {
+		if deliveries, starts, err = r.c.io.counts(ctx, ids, true); err != nil {
 			return nil, err
 		}
 	}
@@ -139,6 +139,7 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		j.sid = m.ID
 		j.d = Delivery{StreamID: sid, Deliveries: n, Group: r.c.group, Consumer: r.c.name}
 		j.inPEL = i < len(msgs)
+		j.prior = starts[m.ID]
 		if m.Values == nil {
 			j.fate = fatePending // marked for recovery in prepare
 		} else {
@@ -146,8 +147,8 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		}
 		jobs = append(jobs, j)
 	}
-	if src != fromNew {
-		if err := r.priorStarts(ctx, jobs); err != nil {
+	if len(deleted) > 0 { // the read above counted the claimed ones only
+		if err := r.priorStarts(ctx, jobs[len(jobs)-len(deleted):]); err != nil {
 			return nil, err
 		}
 	}

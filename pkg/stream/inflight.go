@@ -276,12 +276,9 @@ func repeat(ctx context.Context, first, period time.Duration, fn func(context.Co
 func (r *run) renew(ctx context.Context, ids []string) {
 	wctx, cancel := context.WithTimeout(ctx, r.c.MinIdle/2)
 	defer cancel()
-	n, err := r.c.io.renew(wctx, ids)
-	if err != nil && ctx.Err() == nil {
+	if _, err := r.c.io.renew(wctx, ids); err != nil && ctx.Err() == nil {
 		r.c.Logger.Warn("could not renew in-flight entries", "entries", len(ids), "error", err.Error())
-		return
 	}
-	r.renewed.Add(n)
 }
 
 // ackEvery is how long a success may wait for its ack once a batch is

@@ -49,10 +49,9 @@ type run struct {
 	// batch is the size of the next read (Consumer.Count, or adapted).
 	batch int64
 	// window is how many first handler starts are recorded in one round
-	// trip (starts); renewed counts in-flight entries kept from peers.
+	// trip (starts).
 	window    int
 	windowed  bool // a window of first starts was recorded (dropped at the end)
-	renewed   atomic.Int64
 	oomWarned atomic.Bool
 }
 
