@@ -109,7 +109,7 @@ func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadG
 			return nil, err
 		}
 	}
-	return archive.Open(ctx, l, e.dataDir, e.store)
+	return archive.OpenWith(ctx, l, e.dataDir, e.store, archive.OpenOptions{Warn: func(msg string) { e.log.Warn(msg) }})
 }
 
 // isUsage reports whether err is a usage error.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/graft"
 )
 
 func withArchive(extra ...cli.Flag) []cli.Flag {
@@ -96,14 +98,20 @@ func pullCommand() *cli.Command {
 func gcCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "gc",
-		Usage: "remove segments no commit references (crashed or losing uploads) older than --grace",
-		Flags: withArchive(&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep orphans younger than this"}),
+		Usage: "remove segments no commit references (crashed or losing uploads) and superseded checkpoints older than --grace",
+		Flags: withArchive(
+			&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep objects younger than this (at least 1m: a commit or a reader in flight needs them)"},
+			&cli.BoolFlag{Name: "force", Usage: "accept a --grace under 1m (only with no archiver or reader running)"},
+		),
 		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
-			n, err := a.Volume().GC(c.Context, c.Duration("grace"))
+			n, err := a.Volume().GC(c.Context, c.Duration("grace"), c.Bool("force"))
+			if errors.Is(err, graft.ErrGraceTooShort) {
+				return clix.Usagef("--grace", "%v", err)
+			}
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted_segments\":%d}\n", n)
+			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted\":%d}\n", n)
 			return err
 		}),
 	}

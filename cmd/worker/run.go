@@ -274,7 +274,7 @@ func attachArchive(c *cli.Context, s *setup) error {
 	if err != nil {
 		return clix.Usagef("--archive-cache", "%v", err)
 	}
-	a, err := archive.Open(c.Context, s.consumer.Log(), cache, store)
+	a, err := archive.OpenWith(c.Context, s.consumer.Log(), cache, store, archive.OpenOptions{Warn: func(msg string) { s.log.Warn(msg) }})
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,19 @@ func volumeOf(l *stream.Log) string {
 // Open opens the archive of log's stream with local files under dataDir and
 // the remote in store, refreshed to the remote's latest commit.
 func Open(ctx context.Context, log *stream.Log, dataDir string, store fence.Store) (*Archive, error) {
-	vol, err := graft.Open(ctx, dataDir, volumeOf(log), store, metaW)
+	return OpenWith(ctx, log, dataDir, store, OpenOptions{})
+}
+
+// OpenOptions tune OpenWith; the zero value is Open's behaviour.
+type OpenOptions struct {
+	// Warn receives what the archive worked around, such as a checkpoint it
+	// could not use and the commit chain it read instead.
+	Warn func(msg string)
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.Store, opt OpenOptions) (*Archive, error) {
+	vol, err := graft.OpenWith(ctx, dataDir, volumeOf(log), store, graft.Options{KeepMeta: []string{metaW}, Warn: opt.Warn})
 	if err != nil {
 		return nil, err
 	}

@@ -434,7 +434,10 @@ func TestRun_SlicesSpanReadChunks(t *testing.T) {
 				t.Fatalf("run %+v %v", res, err)
 			}
 			var pages []uint64
-			for _, c := range a.Volume().Commits(1) {
+			for c, err := range a.Volume().Entries(ctx, nil) {
+				if err != nil {
+					t.Fatal(err)
+				}
 				pages = append(pages, c.Pages)
 			}
 			if !slices.Equal(pages, tc.want) {

@@ -98,38 +98,37 @@ func (a *Archive) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Item, e
 	return a.Read(ctx, brand.WindowStart(t0), stream.Last)
 }
 
-// readArchive yields archived records with lo <= id <= hi. It finds the first
-// commit by binary search on the watermarks, then reads segment by segment.
+// readArchive yields archived records with lo <= id <= hi. It finds the
+// first commit whose watermark is at or above lo through the volume's
+// checkpoint index (binary searches, one leaf fetched), then reads segment
+// by segment.
 func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield func(Item, error) bool) bool {
-	commits := a.vol.Commits(1)
-	i, err := firstCommit(commits, lo)
-	if err != nil {
-		return yield(Item{}, err)
+	var werr error
+	below := func(meta map[string]string) bool {
+		w, err := brand.ParseStreamID(meta[metaW])
+		if err != nil {
+			werr = fmt.Errorf("volume %s: entry watermark %q: %w", a.vol.Name(), meta[metaW], err)
+			return false
+		}
+		return w.Compare(lo) < 0
 	}
-	for ; i < len(commits); i++ {
-		seg, err := a.vol.Segment(ctx, commits[i])
+	for c, err := range a.vol.Entries(ctx, below) {
+		if err == nil {
+			err = werr
+		}
 		if err != nil {
 			return yield(Item{}, err)
 		}
-		done, ok := a.yieldSegment(seg, commits[i], lo, hi, yield)
+		seg, err := a.vol.Segment(ctx, c)
+		if err != nil {
+			return yield(Item{}, err)
+		}
+		done, ok := a.yieldSegment(seg, c, lo, hi, yield)
 		if !ok || done {
 			return ok
 		}
 	}
 	return true
-}
-
-// firstCommit returns the index of the first commit whose watermark is >= lo.
-func firstCommit(commits []*graft.Commit, lo brand.StreamID) (int, error) {
-	var perr error
-	i, _ := slices.BinarySearchFunc(commits, lo, func(c *graft.Commit, lo brand.StreamID) int {
-		w, err := brand.ParseStreamID(c.Meta[metaW])
-		if err != nil {
-			perr = fmt.Errorf("volume %s: commit %d: watermark: %w", c.Volume, c.LSN, err)
-		}
-		return w.Compare(lo)
-	})
-	return i, perr
 }
 
 // yieldSegment yields one segment's records in [lo, hi]; done is true once a

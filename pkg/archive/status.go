@@ -77,9 +77,7 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.Recreated, s.LostOutside = true, 0
 	}
 	s.Complete = s.LostOutside == 0 && !s.Recreated
-	for _, c := range a.vol.Commits(1) {
-		s.RemoteBytes += c.Segment.Size
-	}
+	s.RemoteBytes = a.vol.Stats().Bytes
 	filepath.WalkDir(filepath.Join(dataDir, a.vol.Name()), func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {

@@ -27,8 +27,13 @@ type Commit struct {
 	Meta    map[string]string `json:"meta,omitempty"`
 	Writer  string            `json:"writer"`
 	Time    time.Time         `json:"time"`
+	// Base is the LSN of the newest checkpoint the writer knew (0: none);
+	// Tail holds the entries of the commits after it, up to this one.
+	Base uint64  `json:"base,omitempty"`
+	Tail []Entry `json:"tail,omitempty"`
 
 	hash string // SHA-256 of the encoded object, set by Encode and DecodeCommit
+	raw  []byte // the encoded object, kept for the head commit only
 }
 
 // SegmentRef names a commit's segment and how to check it.
@@ -89,6 +94,10 @@ func (c *Commit) Validate() error {
 		return fmt.Errorf("%w: LSN %d with prev %q", ErrCorrupt, c.LSN, c.Prev)
 	case c.Segment.Key == "" || c.Segment.SHA256 == "":
 		return fmt.Errorf("%w: no segment", ErrCorrupt)
+	case c.Base > 0 || len(c.Tail) > 0:
+		if _, err := checkTail(c); err != nil {
+			return err
+		}
 	}
 	var n uint64
 	for i, r := range c.Ranges {
@@ -112,7 +121,7 @@ func (c *Commit) Encode() ([]byte, error) {
 	sum := sha256.Sum256(body)
 	obj := fmt.Appendf(body, "\nsha256 %s\n", hex.EncodeToString(sum[:]))
 	whole := sha256.Sum256(obj)
-	c.hash = hex.EncodeToString(whole[:])
+	c.hash, c.raw = hex.EncodeToString(whole[:]), obj
 	return obj, nil
 }
 
@@ -139,7 +148,7 @@ func DecodeCommit(name string, obj []byte) (*Commit, error) {
 		return nil, fmt.Errorf("commit %s: %w", name, err)
 	}
 	whole := sha256.Sum256(obj)
-	c.hash = hex.EncodeToString(whole[:])
+	c.hash, c.raw = hex.EncodeToString(whole[:]), obj
 	return c, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -28,7 +29,8 @@ func crashChild(step, data, remote string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	v, err := graft.Open(context.Background(), data, "vol", st)
+	every, _ := strconv.Atoi(os.Getenv("GRAFT_CRASH_EVERY"))
+	v, err := graft.OpenWith(context.Background(), data, "vol", st, graft.Options{CheckpointEvery: every})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -47,16 +49,18 @@ func crashChild(step, data, remote string) int {
 	return 0
 }
 
-// TestVolume_CrashAtEachStep kills a committing process at each step; the
-// volume then opens to the state before or after the commit, never a corrupt
-// one, and the next commit works.
+// TestVolume_CrashAtEachStep kills a committing process at each step of a
+// commit and of the checkpoint after it (every commit checkpoints in the
+// child); the volume then opens to the state before or after the commit,
+// never a corrupt one, a cold open from the remote alone reads every page,
+// and the next commit works.
 func TestVolume_CrashAtEachStep(t *testing.T) {
-	for _, step := range []string{"segment-written", "segment-uploaded", "commit-put", "head-updated"} {
+	for _, step := range []string{"segment-written", "segment-uploaded", "commit-put", "head-updated", "checkpoint-leaves", "checkpoint-put"} {
 		t.Run(step, func(t *testing.T) {
 			data, remote := t.TempDir(), t.TempDir()
 			for round := range 3 {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), "GRAFT_CRASH_STEP="+step, "GRAFT_CRASH_DATA="+data, "GRAFT_CRASH_REMOTE="+remote)
+				cmd.Env = append(os.Environ(), "GRAFT_CRASH_STEP="+step, "GRAFT_CRASH_DATA="+data, "GRAFT_CRASH_REMOTE="+remote, "GRAFT_CRASH_EVERY=1")
 				out, err := cmd.CombinedOutput()
 				var ee *exec.ExitError
 				if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
@@ -67,7 +71,7 @@ func TestVolume_CrashAtEachStep(t *testing.T) {
 				if err != nil {
 					t.Fatalf("round %d: reopen after a crash at %s: %v", round, step, err)
 				}
-				committed := step == "commit-put" || step == "head-updated"
+				committed := step != "segment-written" && step != "segment-uploaded"
 				if want := uint64(round); committed {
 					want++
 					if v.Head() != want {
@@ -81,6 +85,18 @@ func TestVolume_CrashAtEachStep(t *testing.T) {
 				}
 				if _, err := v.VerifyLocal(context.Background()); err != nil {
 					t.Fatal(err)
+				}
+				cold, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
+				if err != nil {
+					t.Fatalf("round %d: cold open after a crash at %s: %v", round, step, err)
+				}
+				if cold.Head() != v.Head() {
+					t.Fatalf("round %d: cold open after a crash at %s: head %d, want %d", round, step, cold.Head(), v.Head())
+				}
+				for no := uint64(1); no <= v.Head(); no++ {
+					if _, err := cold.Read(context.Background(), no); err != nil {
+						t.Fatalf("round %d: cold read of page %d: %v", round, no, err)
+					}
 				}
 				if !committed { // the next commit succeeds where the crashed one did not
 					if _, err := v.Commit(context.Background(), []graft.Page{{No: v.Head() + 1, Data: []byte("after")}}, nil); err != nil {

@@ -1,8 +1,10 @@
 package graft
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -97,3 +99,23 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// readFile reads a local file.
+func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// readCommitFile reads and checks the local commit file of lsn.
+func (v *Volume) readCommitFile(lsn uint64) (*Commit, error) {
+	path := v.localCommit(lsn)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := DecodeCommit(path, b)
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	return c, nil
+}
+
+// isNotExist reports a missing file.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

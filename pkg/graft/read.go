@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"os"
+	"slices"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -21,7 +23,10 @@ func (v *Volume) Read(ctx context.Context, no uint64) ([]byte, error) {
 // ReadAt returns page no as of commit lsn (a snapshot): the data written by
 // the newest commit at or below lsn that wrote the page.
 func (v *Volume) ReadAt(ctx context.Context, lsn, no uint64) ([]byte, error) {
-	c := v.find(lsn, no)
+	c, err := v.find(ctx, lsn, no)
+	if err != nil {
+		return nil, err
+	}
 	if c == nil {
 		return nil, fmt.Errorf("volume %s: page %d at LSN %d: %w", v.name, no, lsn, ErrPageNotFound)
 	}
@@ -39,16 +44,146 @@ func (v *Volume) ReadAt(ctx context.Context, lsn, no uint64) ([]byte, error) {
 	return data, nil
 }
 
-// find returns the newest commit at or below lsn that wrote page no.
-func (v *Volume) find(lsn, no uint64) *Commit {
+// state is a consistent view of a volume's entries: the base checkpoint
+// and the commits after it.
+type state struct {
+	base *checkpoint
+	tail []*Commit
+}
+
+func (v *Volume) state() state {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for i := min(lsn, uint64(len(v.commits))); i >= 1; i-- {
-		if c := v.commits[i-1]; c.Contains(no) {
-			return c
-		}
+	return state{v.base, slices.Clone(v.tail)}
+}
+
+// commitAt returns the commit at lsn if it is the base commit or after it.
+func (v *Volume) commitAt(lsn uint64) *Commit {
+	b := v.baseLSN()
+	switch {
+	case lsn == b && v.base != nil:
+		return v.base.commit
+	case lsn > b && lsn <= v.headLSN():
+		return v.tail[lsn-b-1]
 	}
 	return nil
+}
+
+// find returns the newest commit at or below lsn that wrote page no: in
+// the commits after the base, then in the base's leaves (by binary search
+// on their page spans when the volume is monotonic, else newest first).
+func (v *Volume) find(ctx context.Context, lsn, no uint64) (*Commit, error) {
+	st := v.state()
+	for i := len(st.tail) - 1; i >= 0; i-- {
+		if c := st.tail[i]; c.LSN <= lsn && c.Contains(no) {
+			return c, nil
+		}
+	}
+	if st.base == nil {
+		return nil, nil
+	}
+	leaves := st.base.Leaves
+	if st.base.Monotonic {
+		i, found := slices.BinarySearchFunc(leaves, no, func(l leafRef, no uint64) int {
+			switch {
+			case l.Hi < no:
+				return -1
+			case l.Lo > no:
+				return 1
+			}
+			return 0
+		})
+		if !found {
+			return nil, nil
+		}
+		leaves = leaves[i : i+1]
+	}
+	for i := len(leaves) - 1; i >= 0; i-- {
+		entries, err := v.leaf(ctx, leaves[i])
+		if err != nil {
+			return nil, err
+		}
+		for j := len(entries) - 1; j >= 0; j-- {
+			if e := entries[j]; e.LSN <= lsn {
+				if c := e.commit(v.name); c.Contains(no) {
+					return c, nil
+				}
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Entries yields the volume's live entries in order (page order for a
+// monotonic volume), as slim commits, starting at the first one for which
+// before is false; before must be false from some entry on (nil: from the
+// first). It finds that entry by binary search over the checkpoint's leaf
+// summaries, then within one leaf: a read of a window fetches one leaf.
+func (v *Volume) Entries(ctx context.Context, before func(meta map[string]string) bool) iter.Seq2[*Commit, error] {
+	if before == nil {
+		before = func(map[string]string) bool { return false }
+	}
+	return func(yield func(*Commit, error) bool) {
+		st := v.state()
+		if st.base != nil {
+			leaves := st.base.Leaves
+			i, _ := slices.BinarySearchFunc(leaves, true, func(l leafRef, _ bool) int {
+				if before(l.Last) {
+					return -1
+				}
+				return 1
+			})
+			for first := true; i < len(leaves); i, first = i+1, false {
+				entries, err := v.leaf(ctx, leaves[i])
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				j := 0
+				if first {
+					j, _ = slices.BinarySearchFunc(entries, true, func(e Entry, _ bool) int {
+						if before(e.Meta) {
+							return -1
+						}
+						return 1
+					})
+				}
+				for _, e := range entries[j:] {
+					if !yield(e.commit(v.name), nil) {
+						return
+					}
+				}
+			}
+		}
+		for _, c := range st.tail {
+			if before(c.Meta) {
+				continue
+			}
+			if !yield(c, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Stats summarises the live state.
+type Stats struct {
+	Entries int64 // live segments
+	Bytes   int64 // their sizes
+	Base    uint64
+}
+
+// Stats returns the live state's size without fetching any leaf.
+func (v *Volume) Stats() Stats {
+	st := v.state()
+	var s Stats
+	if st.base != nil {
+		s.Entries, s.Bytes, s.Base = int64(st.base.Entries), st.base.Bytes, st.base.LSN
+	}
+	for _, c := range st.tail {
+		s.Entries, s.Bytes = s.Entries+1, s.Bytes+c.Segment.Size
+	}
+	return s
 }
 
 // Segment returns commit c's decoded segment, for callers that read many of

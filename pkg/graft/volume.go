@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,20 +21,21 @@ import (
 // Volume is one named page store: local files under a data directory,
 // replicated to a fence.Store. It is safe for concurrent use; commits are
 // serialised.
+//
+// In memory a volume holds its base checkpoint (the entries as of a commit,
+// in leaves fetched on demand) and the commits after it, so its memory is
+// bounded by the checkpoint interval, not by its history.
 type Volume struct {
 	// Failpoint, when set, is called at named steps of a commit
-	// ("segment-written", "segment-uploaded", "commit-put", "head-updated"):
-	// crash tests kill the process there.
+	// ("segment-written", "segment-uploaded", "commit-put", "head-updated")
+	// and of a checkpoint ("checkpoint-leaves", "checkpoint-put"): crash
+	// tests kill the process there.
 	Failpoint func(step string)
 	// CacheWholeBelow: a remote segment up to this size is fetched whole and
 	// cached locally on first read; larger ones are read with range GETs.
 	CacheWholeBelow int64
-	// KeepMeta, when set, lists the metadata keys that commits older than
-	// the latest keep in memory; the others, Prev and Writer are dropped
-	// once a newer commit exists (the objects keep everything). A volume of
-	// many commits then holds little per commit.
-	KeepMeta []string
 
+	Options
 	name   string
 	dir    string // local directory of this volume
 	store  fence.Store
@@ -41,31 +43,50 @@ type Volume struct {
 
 	fs      fileSystem // nil: the real one (files.go)
 	mu      sync.Mutex
-	commits []*Commit // index i holds LSN i+1
+	base    *checkpoint // nil: no checkpoint yet
+	tail    []*Commit   // the commits after base, in LSN order; all but the latest slimmed
 	cache   map[string]*Segment
-	indexed int  // commits the commit index holds (index.go)
-	indexOK bool // the index may grow: it holds LSNs 1..indexed and nothing else
-	loading bool // loadLocal is running: the index is written after it
+	leaves  map[string][]Entry
+	badBase uint64 // a checkpoint rebase found unusable
+}
+
+// Options tune a volume; the zero value is fine.
+type Options struct {
+	// KeepMeta lists the metadata keys that commits older than the latest,
+	// tail entries and checkpoints keep (nil: all of them).
+	KeepMeta []string
+	// CheckpointEvery is the checkpoint interval in commits (0: the default
+	// CheckpointEvery; negative: this handle writes none).
+	CheckpointEvery int
+	// Warn receives what the volume worked around: an unusable checkpoint
+	// it fell back from. Nil: warnings are dropped.
+	Warn func(msg string)
 }
 
 // Open opens volume name with local files under dataDir and the remote in
 // store, then refreshes from the remote: the remote's latest commit is the
 // truth. The name must be a valid fence key segment. keepMeta, if given,
-// sets KeepMeta before the commits are loaded.
+// sets KeepMeta.
 func Open(ctx context.Context, dataDir, name string, store fence.Store, keepMeta ...string) (*Volume, error) {
+	return OpenWith(ctx, dataDir, name, store, Options{KeepMeta: keepMeta})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt Options) (*Volume, error) {
 	if err := fence.CheckKey(name); err != nil || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("volume name %q: must be one key segment of [A-Za-z0-9._-]", name)
 	}
 	v := &Volume{
 		CacheWholeBelow: 16 << 20,
+		Options:         opt,
 		name:            name,
 		dir:             filepath.Join(dataDir, name),
 		store:           store,
 		writer:          randomID(),
 		cache:           map[string]*Segment{},
-		KeepMeta:        keepMeta,
+		leaves:          map[string][]Entry{},
 	}
-	for _, d := range []string{"segments", "commits", "tmp"} {
+	for _, d := range []string{"segments", "commits", "index", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("open volume %s: %w", name, err)
 		}
@@ -76,10 +97,12 @@ func Open(ctx context.Context, dataDir, name string, store fence.Store, keepMeta
 	if err := v.sameHistory(ctx); err != nil {
 		return nil, err
 	}
-	if err := v.Refresh(ctx); err != nil {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.catchUp(ctx); err != nil {
 		return nil, err
 	}
-	return v, nil
+	return v, v.refresh(ctx)
 }
 
 func randomID() string {
@@ -106,40 +129,133 @@ func (v *Volume) localSegment(key string) string {
 	return filepath.Join(v.dir, "segments", filepath.Base(key))
 }
 
-// loadLocal loads the local commits: the commit index's (index.go), then
-// the commit files from the next LSN on, up to the first missing one. A
-// commit file that fails its checksum is an error naming it. When the files
-// disagree with the index, the files alone are loaded and the index rebuilt.
-func (v *Volume) loadLocal() error {
-	if v.KeepMeta == nil {
-		return v.loadFiles()
+func (v *Volume) localCheckpoint() string { return filepath.Join(v.dir, "checkpoint") }
+
+func (v *Volume) localLeaf(key string) string {
+	return filepath.Join(v.dir, "index", filepath.Base(key))
+}
+
+func (v *Volume) warnf(format string, args ...any) {
+	if v.Warn != nil {
+		v.Warn(fmt.Sprintf("volume %s: ", v.name) + fmt.Sprintf(format, args...))
 	}
-	v.loading = true
-	defer func() { v.loading = false }()
-	clean := v.loadIndex()
-	err := v.loadFiles()
-	if err != nil && v.indexed > 0 {
-		v.commits, v.indexed, clean = nil, 0, false
-		err = v.loadFiles()
+}
+
+// baseLSN is the LSN of the base checkpoint (0: none).
+func (v *Volume) baseLSN() uint64 {
+	if v.base == nil {
+		return 0
 	}
-	if err != nil {
-		return err
+	return v.base.LSN
+}
+
+// head returns the latest commit (nil for an empty volume).
+func (v *Volume) head() *Commit {
+	if n := len(v.tail); n > 0 {
+		return v.tail[n-1]
 	}
-	if !clean || v.indexed < len(v.commits)-1 {
-		v.writeIndex()
-	} else {
-		v.indexOK = true
+	if v.base != nil {
+		return v.base.commit
 	}
 	return nil
 }
 
-// loadFiles links the local commit files after the commits loaded so far.
+func (v *Volume) headLSN() uint64 { return v.baseLSN() + uint64(len(v.tail)) }
+
+func (v *Volume) headHash() string {
+	if c := v.head(); c != nil {
+		return c.Hash()
+	}
+	return ""
+}
+
+// loadLocal loads the local state: the local copy of the base checkpoint,
+// then the newest local commit file with its tail, else the commit files
+// after the base one by one. A local checkpoint the commit files do not
+// chain to is dropped and the files are loaded from LSN 1.
+func (v *Volume) loadLocal() error {
+	if b, err := readFile(v.localCheckpoint()); err == nil {
+		ck, err := decodeCheckpoint(v.localCheckpoint(), b)
+		switch {
+		case err != nil:
+			v.warnf("local checkpoint unusable, reading the commit files: %v", err)
+		case ck.Volume != v.name:
+			v.warnf("local checkpoint belongs to volume %q, reading the commit files", ck.Volume)
+		default:
+			v.base = ck
+		}
+	}
+	newest, err := v.newestLocalCommit()
+	if err != nil || newest == nil {
+		return err
+	}
+	if v.fromTail(newest) == nil {
+		return nil
+	}
+	v.tail = nil
+	if err := v.loadFiles(); err == nil || v.base == nil {
+		return err
+	}
+	v.warnf("local checkpoint %d does not chain to the commit files, reading them from LSN 1", v.base.LSN)
+	v.base, v.tail = nil, nil
+	return v.loadFiles()
+}
+
+// newestLocalCommit reads the newest local commit file above the base.
+func (v *Volume) newestLocalCommit() (*Commit, error) {
+	files, err := os.ReadDir(filepath.Join(v.dir, "commits"))
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		lsn, err := strconv.ParseUint(files[i].Name(), 10, 64)
+		if err != nil || len(files[i].Name()) != 20 {
+			continue
+		}
+		if lsn <= v.baseLSN() {
+			return nil, nil
+		}
+		return v.readCommitFile(lsn)
+	}
+	return nil, nil
+}
+
+// fromTail sets the commits after the base from c's tail and c itself.
+// c's base must be at or below ours, and its tail must name our base commit.
+func (v *Volume) fromTail(c *Commit) error {
+	first, err := checkTail(c)
+	if err != nil {
+		return err
+	}
+	b := v.baseLSN()
+	if c.Base > b || c.LSN <= b {
+		return fmt.Errorf("commit %d with base %d: %w: not above base %d", c.LSN, c.Base, ErrCorrupt, b)
+	}
+	at, want := first, ""
+	if b > c.Base {
+		at = c.Tail[b-c.Base-1].Hash
+	}
+	if v.base != nil {
+		want = v.base.CommitHash
+	}
+	if at != want || c.Volume != v.name {
+		return fmt.Errorf("commit %d: %w: its tail does not chain to commit %d", c.LSN, ErrCorrupt, b)
+	}
+	tail := make([]*Commit, 0, c.LSN-b)
+	for _, e := range c.Tail[b-c.Base:] {
+		tail = append(tail, e.commit(v.name))
+	}
+	v.tail = append(tail, c)
+	return nil
+}
+
+// loadFiles links the local commit files after the head, up to the first
+// missing one.
 func (v *Volume) loadFiles() error {
-	known := uint64(len(v.commits))
-	for lsn := known + 1; ; lsn++ {
+	for lsn := v.headLSN() + 1; ; lsn++ {
 		c, err := v.readCommitFile(lsn)
 		if isNotExist(err) {
-			break
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("open volume %s: %w", v.name, err)
@@ -148,18 +264,6 @@ func (v *Volume) loadFiles() error {
 			return err
 		}
 	}
-	if known > 0 && uint64(len(v.commits)) == known {
-		// The index holds the latest commit: take it whole, from its file.
-		c, err := v.readCommitFile(known)
-		if err != nil {
-			return fmt.Errorf("open volume %s: %w", v.name, err)
-		}
-		if c.Hash() != v.commits[known-1].Hash() {
-			return fmt.Errorf("open volume %s: commit %d: %w: the file differs from the commit index", v.name, known, ErrCorrupt)
-		}
-		v.commits[known-1] = c
-	}
-	return nil
 }
 
 // ErrForeignRemote: the local files and the remote hold different
@@ -170,10 +274,10 @@ var ErrForeignRemote = errors.New("local volume and remote disagree")
 // byte: a data directory pointed at another remote (or at one that lost
 // commits) must not chain new commits onto a history the remote never had.
 func (v *Volume) sameHistory(ctx context.Context) error {
-	if len(v.commits) == 0 {
+	head := v.head()
+	if head == nil {
 		return nil
 	}
-	head := v.commits[len(v.commits)-1]
 	key := v.commitKey(head.LSN)
 	b, err := v.store.Get(ctx, key, fence.Range{})
 	if errors.Is(err, fence.ErrNotFound) {
@@ -196,12 +300,8 @@ func (v *Volume) sameHistory(ctx context.Context) error {
 
 // link appends c to the chain after checking its LSN and prev hash.
 func (v *Volume) link(c *Commit) error {
-	want := uint64(len(v.commits)) + 1
-	prev := ""
-	if want > 1 {
-		prev = v.commits[want-2].Hash()
-	}
-	switch {
+	want := v.headLSN() + 1
+	switch prev := v.headHash(); {
 	case c.LSN != want:
 		return fmt.Errorf("volume %s: commit %d where %d was expected: %w", v.name, c.LSN, want, ErrCorrupt)
 	case c.Prev != prev:
@@ -215,62 +315,33 @@ func (v *Volume) link(c *Commit) error {
 
 // push appends the new latest commit and slims the previous one.
 func (v *Volume) push(c *Commit) {
-	if n := len(v.commits); n > 0 && v.KeepMeta != nil {
-		v.commits[n-1] = v.slim(v.commits[n-1])
-		if !v.loading {
-			v.appendIndex(v.commits[n-1])
-		}
+	if n := len(v.tail); n > 0 {
+		v.tail[n-1] = v.slim(v.tail[n-1])
 	}
-	v.commits = append(v.commits, c)
+	v.tail = append(v.tail, c)
 }
 
-// slim returns a copy of c with only what reads and maintenance need.
+// slim returns a copy of c with only what reads, tails and checkpoints need.
 func (v *Volume) slim(c *Commit) *Commit {
-	s := *c
-	s.Prev, s.Writer, s.Volume = "", "", v.name
-	s.Meta = make(map[string]string, len(v.KeepMeta))
-	for _, k := range v.KeepMeta {
-		if val, ok := c.Meta[k]; ok {
-			s.Meta[k] = val
-		}
-	}
-	return &s
+	return entryOf(c, v.KeepMeta).commit(v.name)
 }
 
 // Head returns the latest LSN known (0 for an empty volume).
 func (v *Volume) Head() uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return uint64(len(v.commits))
+	return v.headLSN()
 }
 
 // Latest returns the latest commit, or nil for an empty volume.
 func (v *Volume) Latest() *Commit {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if len(v.commits) == 0 {
-		return nil
-	}
-	return v.commits[len(v.commits)-1]
+	return v.head()
 }
 
-// Commits returns the commits from LSN from on (1 for all), as kept in
-// memory: with KeepMeta set, all but the latest are slimmed.
-func (v *Volume) Commits(from uint64) []*Commit {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if from < 1 {
-		from = 1
-	}
-	if from > uint64(len(v.commits)) {
-		return nil
-	}
-	return slices.Clone(v.commits[from-1:])
-}
-
-// Refresh adopts commits the remote has beyond the local head. With a local
-// head it probes forward (GET head+1, head+2, ... until not found); on a cold
-// start it lists the remote commits once.
+// Refresh adopts commits the remote has beyond the local head, probing
+// forward (GET head+1, head+2, ... until not found): no LIST.
 func (v *Volume) Refresh(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -278,43 +349,190 @@ func (v *Volume) Refresh(ctx context.Context) error {
 }
 
 func (v *Volume) refresh(ctx context.Context) error {
-	if len(v.commits) == 0 {
-		keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
-		if err != nil {
-			return fmt.Errorf("refresh volume %s: %w", v.name, err)
-		}
-		for _, k := range keys {
-			if err := v.adopt(ctx, k); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	for {
-		err := v.adopt(ctx, v.commitKey(uint64(len(v.commits))+1))
+		c, err := v.fetchCommit(ctx, v.headLSN()+1)
 		if errors.Is(err, fence.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		if err := v.link(c); err != nil {
+			return err
+		}
+		v.rebase(ctx, c.Base)
 	}
 }
 
-// adopt fetches a remote commit, links it, and stores its local copy.
-func (v *Volume) adopt(ctx context.Context, key string) error {
+// fetchCommit GETs and decodes the remote commit of lsn and stores its
+// local copy.
+func (v *Volume) fetchCommit(ctx context.Context, lsn uint64) (*Commit, error) {
+	key := v.commitKey(lsn)
 	b, err := v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
-		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+		return nil, fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
 	c, err := DecodeCommit(key, b)
 	if err != nil {
-		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+		return nil, fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
-	if err := v.link(c); err != nil {
+	return c, v.writeFile(v.localCommit(c.LSN), b)
+}
+
+// rebase moves the base to the checkpoint at lsn when it is newer than
+// ours and names the commit our chain has there, dropping the commits up to
+// it from memory. Any failure keeps the current base (a warning): the
+// commits stay in memory, nothing is lost.
+func (v *Volume) rebase(ctx context.Context, lsn uint64) {
+	b := v.baseLSN()
+	if lsn <= b || lsn > v.headLSN() || lsn == v.badBase {
+		return
+	}
+	key := v.checkpointKey(lsn)
+	root, err := v.store.Get(ctx, key, fence.Range{})
+	if err == nil {
+		var ck *checkpoint
+		if ck, err = decodeCheckpoint(key, root); err == nil {
+			if at := v.tail[lsn-b-1]; ck.LSN != lsn || ck.CommitHash != at.Hash() {
+				err = fmt.Errorf("%w: it names commit %.12s, the chain has %.12s", ErrCorrupt, ck.CommitHash, at.Hash())
+			} else {
+				v.writeFile(v.localCheckpoint(), root)
+				v.base, v.tail = ck, slices.Clone(v.tail[lsn-b:])
+				return
+			}
+		}
+	}
+	v.badBase = lsn // warned once; the next checkpoint is tried when a commit names it
+	v.warnf("checkpoint %d named by a commit is unusable, keeping the commits since %d in memory: %v", lsn, b, err)
+}
+
+// catchUp is the open's jump: when the remote's newest checkpoint is above
+// the local head, it becomes the base and the newest commit after it
+// brings the commits between in its tail. Without a usable checkpoint a
+// volume with no local state reads the whole commit chain.
+func (v *Volume) catchUp(ctx context.Context) error {
+	keys, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1)
+	if err != nil {
+		return fmt.Errorf("open volume %s: %w", v.name, err)
+	}
+	if len(keys) == 1 {
+		lsn, ok := checkpointLSN(keys[0])
+		if ok && lsn > v.headLSN() {
+			err := v.jump(ctx, keys[0], lsn)
+			if err == nil {
+				return nil
+			}
+			v.badBase = lsn
+			v.warnf("checkpoint %d unusable, reading the commit chain instead: %v", lsn, err)
+		}
+	}
+	if v.headLSN() > 0 {
+		return nil // refresh probes forward from the head
+	}
+	return v.readChain(ctx)
+}
+
+// jump adopts the checkpoint at key (above the head: nothing local is
+// newer), then the newest commit after it with its tail.
+func (v *Volume) jump(ctx context.Context, key string, lsn uint64) error {
+	root, err := v.store.Get(ctx, key, fence.Range{})
+	if err != nil {
 		return err
 	}
-	return v.writeFile(v.localCommit(c.LSN), b)
+	ck, err := decodeCheckpoint(key, root)
+	if err != nil {
+		return err
+	}
+	if ck.LSN != lsn || ck.Volume != v.name {
+		return fmt.Errorf("%w: checkpoint %s holds LSN %d of volume %q", ErrCorrupt, key, ck.LSN, ck.Volume)
+	}
+	after, err := v.store.List(ctx, v.name+"/commits/", v.commitKey(lsn), 0)
+	if err != nil {
+		return err
+	}
+	old, oldTail := v.base, v.tail
+	v.base, v.tail = ck, nil
+	if len(after) > 0 {
+		last, _ := strconv.ParseUint(after[len(after)-1][len(v.name)+len("/commits/"):], 10, 64)
+		newest, err := v.fetchCommit(ctx, last)
+		if err == nil {
+			err = v.fromTail(newest)
+		}
+		if err != nil { // no usable tail: link the commits after it one by one (refresh)
+			v.tail = nil
+		}
+	}
+	if err := v.writeFile(v.localCheckpoint(), root); err != nil {
+		v.base, v.tail = old, oldTail
+		return err
+	}
+	// The local commit file of the checkpoint's commit, for a later open's chain check.
+	return v.writeFile(v.localCommit(lsn), []byte(ck.Commit))
+}
+
+// readChain reads the whole remote commit chain: a volume with no local
+// state and no usable checkpoint. A missing commit is an error naming
+// every missing object and the repairs.
+func (v *Volume) readChain(ctx context.Context) error {
+	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
+	if err != nil {
+		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+	}
+	if missing := missingCommits(keys, v.name); len(missing) > 0 {
+		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
+			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
+			v.name, ErrMissingCommits, strings.Join(missing, ", "), len(keys)+countMissing(keys))
+	}
+	for i := range keys {
+		c, err := v.fetchCommit(ctx, uint64(i)+1)
+		if err != nil {
+			return err
+		}
+		if err := v.link(c); err != nil {
+			return err
+		}
+		v.rebase(ctx, c.Base)
+	}
+	return nil
+}
+
+// ErrMissingCommits: the remote chain has a hole.
+var ErrMissingCommits = errors.New("commits missing from the remote")
+
+// missingCommits names the LSN ranges absent from a sorted listing of
+// commit keys (which should hold 1..n).
+func missingCommits(keys []string, volume string) []string {
+	var out []string
+	want := uint64(1)
+	for _, k := range keys {
+		lsn, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 10, 64)
+		if err != nil {
+			continue
+		}
+		if lsn > want {
+			out = append(out, rangeName(volume, want, lsn-1))
+		}
+		want = lsn + 1
+	}
+	return out
+}
+
+func countMissing(keys []string) int {
+	if len(keys) == 0 {
+		return 0
+	}
+	last, err := strconv.ParseUint(keys[len(keys)-1][strings.LastIndexByte(keys[len(keys)-1], '/')+1:], 10, 64)
+	if err != nil || last < uint64(len(keys)) {
+		return 0
+	}
+	return int(last) - len(keys)
+}
+
+func rangeName(volume string, lo, hi uint64) string {
+	if lo == hi {
+		return volume + "/commits/" + lsnName(lo)
+	}
+	return fmt.Sprintf("%s/commits/%s..%s (%d objects)", volume, lsnName(lo), lsnName(hi), hi-lo+1)
 }
 
 func (v *Volume) failpoint(step string) {
@@ -336,7 +554,7 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	lsn := uint64(len(v.commits)) + 1
+	lsn := v.headLSN() + 1
 	seg, err := EncodeSegment(lsn, pages)
 	if err != nil {
 		return nil, err
@@ -371,6 +589,13 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	}
 	v.push(c)
 	v.failpoint("head-updated")
+	if v.CheckpointEvery >= 0 && v.checkpointDue() {
+		if _, err := v.checkpoint(ctx); err != nil {
+			// The commit stands; the next commit's tail carries on until a
+			// checkpoint succeeds.
+			v.warnf("checkpoint at commit %d not written: %v", lsn, err)
+		}
+	}
 	return c, nil
 }
 
@@ -384,9 +609,12 @@ func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string
 			Size: int64(len(seg)), SHA256: hex.EncodeToString(sum[:]),
 		},
 		Ranges: rangesOf(pages), Pages: uint64(len(pages)), Meta: meta, Writer: v.writer, Time: now,
+		Prev: v.headHash(), Base: v.baseLSN(),
 	}
-	if lsn > 1 {
-		c.Prev = v.commits[lsn-2].Hash()
+	if c.Base > 0 || len(v.tail) > 0 {
+		for _, t := range v.tail {
+			c.Tail = append(c.Tail, entryOf(t, v.KeepMeta))
+		}
 	}
 	return c
 }
@@ -423,8 +651,8 @@ func (v *Volume) lost(ctx context.Context, lsn uint64) error {
 	if err := v.refresh(ctx); err != nil {
 		return fmt.Errorf("commit %d of volume %s lost a race; adopting the winner: %w", lsn, v.name, err)
 	}
-	if uint64(len(v.commits)) < lsn {
+	if v.headLSN() < lsn {
 		return fmt.Errorf("commit %d of volume %s: refused as existing, but not found on refresh", lsn, v.name)
 	}
-	return &ConflictError{LSN: lsn, Winner: v.commits[lsn-1]}
+	return &ConflictError{LSN: lsn, Winner: v.commitAt(lsn)}
 }

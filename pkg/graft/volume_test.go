@@ -21,6 +21,7 @@ import (
 type counting struct {
 	fence.Store
 	creates, gets, lists atomic.Int64
+	fullLists            atomic.Int64 // lists of a whole prefix (no limit)
 }
 
 func (c *counting) Create(ctx context.Context, k string, b []byte) error {
@@ -33,6 +34,9 @@ func (c *counting) Get(ctx context.Context, k string, r fence.Range) ([]byte, er
 }
 func (c *counting) List(ctx context.Context, p, a string, n int) ([]string, error) {
 	c.lists.Add(1)
+	if n == 0 {
+		c.fullLists.Add(1)
+	}
 	return c.Store.List(ctx, p, a, n)
 }
 
@@ -125,14 +129,18 @@ func TestVolume_RequestsPerCommitAndNoListInSteadyState(t *testing.T) {
 	}
 	perCommit := float64(st.creates.Load()+st.gets.Load()+st.lists.Load()) / commits
 	t.Logf("requests per commit: %.2f (creates %d, gets %d, lists %d)", perCommit, st.creates.Load(), st.gets.Load(), st.lists.Load())
-	if perCommit > 3 || st.lists.Load() != 0 {
-		t.Fatalf("%.2f requests per commit, %d lists; want <= 3 and 0", perCommit, st.lists.Load())
+	// Two objects per commit, and two per checkpoint (leaf and root) every
+	// CheckpointEvery commits.
+	if perCommit > 2+2.0/graft.CheckpointEvery+0.01 || st.lists.Load() != 0 || st.gets.Load() != 0 {
+		t.Fatalf("%.2f requests per commit, %d lists, %d gets; want <= 2.13, 0 and 0", perCommit, st.lists.Load(), st.gets.Load())
 	}
-	// Reopening with a local head probes forward instead of listing.
+	// Reopening with a local head asks for the newest checkpoint key (one
+	// LIST of one key) and probes forward; it never lists the commits.
 	st.lists.Store(0)
+	st.fullLists.Store(0)
 	openVolume(t, dir, st)
-	if st.lists.Load() != 0 {
-		t.Fatalf("reopen with a local head listed %d times", st.lists.Load())
+	if st.lists.Load() != 1 || st.fullLists.Load() != 0 {
+		t.Fatalf("reopen with a local head: %d lists, %d of a whole prefix; want 1 and 0", st.lists.Load(), st.fullLists.Load())
 	}
 }
 
@@ -212,7 +220,7 @@ func TestVolume_VerifyAndPullRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Corrupt the local copy of commit 2's segment.
-	seg := v.Commits(2)[0].Segment.Key
+	seg := commitAt(t, v, 2).Segment.Key
 	local := filepath.Join(dir, "vol", "segments", filepath.Base(seg))
 	flip(t, local, 50)
 	v2 := openVolume(t, dir, st)
@@ -238,6 +246,21 @@ func TestVolume_VerifyAndPullRepair(t *testing.T) {
 	}
 }
 
+// commitAt returns the live entry written by commit lsn.
+func commitAt(t *testing.T, v *graft.Volume, lsn uint64) *graft.Commit {
+	t.Helper()
+	for c, err := range v.Entries(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.LSN == lsn {
+			return c
+		}
+	}
+	t.Fatalf("no entry of commit %d", lsn)
+	return nil
+}
+
 func flip(t *testing.T, path string, at int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -261,10 +284,10 @@ func TestVolume_GCRemovesOnlyOrphans(t *testing.T) {
 	if len(segs) != 2 {
 		t.Fatalf("%d segments before GC", len(segs))
 	}
-	if n, err := a.GC(ctx, time.Hour); err != nil || n != 0 {
+	if n, err := a.GC(ctx, time.Hour, false); err != nil || n != 0 {
 		t.Fatalf("GC within the grace period removed %d, %v", n, err)
 	}
-	if n, err := a.GC(ctx, 0); err != nil || n != 1 {
+	if n, err := a.GC(ctx, 0, true); err != nil || n != 1 {
 		t.Fatalf("GC removed %d, %v; want the one orphan", n, err)
 	}
 	if _, err := a.VerifyRemote(ctx); err != nil {

@@ -1,0 +1,279 @@
+package graft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/graft"
+)
+
+// deep commits n single-page commits (page i+1 holds "page i+1") through a
+// volume with the given checkpoint interval and returns the store.
+func deep(t *testing.T, n, every int) *counting {
+	t.Helper()
+	st := &counting{Store: newStore(t)}
+	v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{CheckpointEvery: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		if _, err := v.Commit(context.Background(), []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, map[string]string{"n": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func (c *counting) reset() {
+	c.creates.Store(0)
+	c.gets.Store(0)
+	c.lists.Store(0)
+	c.fullLists.Store(0)
+}
+
+func (c *counting) requests() int64 { return c.creates.Load() + c.gets.Load() + c.lists.Load() }
+
+// A cold open (empty data directory) costs the same few requests whatever
+// the history's length: the newest checkpoint, the commits after it, the
+// newest commit (its tail names the others), one probe. Reading a page
+// then costs a leaf and a segment.
+func TestCheckpoint_ColdOpenIsFlat(t *testing.T) {
+	for _, n := range []int{40, 400, 1500} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			st := deep(t, n, 0)
+			st.reset()
+			v, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			open := st.requests()
+			if v.Head() != uint64(n) || open > 5 || st.fullLists.Load() > 1 {
+				t.Fatalf("cold open of %d commits: head %d, %d requests (%d gets, %d lists); want %d and <= 5", n, v.Head(), open, st.gets.Load(), st.lists.Load(), n)
+			}
+			for _, no := range []uint64{1, uint64(n) / 2, uint64(n)} {
+				st.reset()
+				if got := read(t, v, v.Head(), no); got != fmt.Sprint("page ", no) {
+					t.Fatalf("page %d = %q", no, got)
+				}
+				if st.requests() > 2 {
+					t.Fatalf("cold read of page %d: %d requests, want <= 2 (a leaf, a segment)", no, st.requests())
+				}
+			}
+			if got := v.Latest().Meta["n"]; got != fmt.Sprint(n) {
+				t.Fatalf("latest commit meta n = %q", got)
+			}
+		})
+	}
+}
+
+// Deleting the oldest commit objects (a lifecycle rule did it) no longer
+// stops a cold open or a read: the checkpoint covers them. Verify names
+// every missing object.
+func TestCheckpoint_MissingOldCommitsStillOpen(t *testing.T) {
+	st := deep(t, 100, 0)
+	for _, lsn := range []int{1, 2, 3, 50} {
+		if err := st.Delete(context.Background(), fmt.Sprintf("vol/commits/%020d", lsn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatalf("cold open with old commits deleted: %v", err)
+	}
+	for no := uint64(1); no <= 100; no++ {
+		if got := read(t, v, 100, no); got != fmt.Sprint("page ", no) {
+			t.Fatalf("page %d = %q", no, got)
+		}
+	}
+	_, err = v.VerifyRemote(context.Background())
+	if !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/00000000000000000001..00000000000000000003 (3 objects)") ||
+		!strings.Contains(err.Error(), "vol/commits/00000000000000000050") {
+		t.Fatalf("verify = %v, want the missing commits named", err)
+	}
+	if _, err := v.Commit(context.Background(), []graft.Page{{No: 101, Data: []byte("page 101")}}, nil); err != nil {
+		t.Fatalf("commit on a checkpointed chain with old commits gone: %v", err)
+	}
+}
+
+// A corrupt newest checkpoint is named in a warning and the open reads the
+// chain instead; with the chain broken as well, the error names what is
+// missing and the repair.
+func TestCheckpoint_CorruptFallsBackToChain(t *testing.T) {
+	st := deep(t, 40, 0)
+	keys, err := st.List(context.Background(), "vol/checkpoints/", "", 1)
+	if err != nil || len(keys) != 1 {
+		t.Fatal(keys, err)
+	}
+	flip(t, filepath.Join(st.Store.(*fence.Local).Root(), filepath.FromSlash(keys[0])), 30)
+	var warnings []string
+	v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{Warn: func(m string) { warnings = append(warnings, m) }})
+	if err != nil || v.Head() != 40 {
+		t.Fatalf("open with a corrupt checkpoint: %v", err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "checkpoint 32 unusable") || !strings.Contains(warnings[0], "corrupt") {
+		t.Fatalf("warnings %q, want the checkpoint named", warnings)
+	}
+	if got := read(t, v, 40, 7); got != "page 7" {
+		t.Fatalf("page 7 = %q", got)
+	}
+	if _, err := v.VerifyRemote(context.Background()); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), keys[0]) {
+		t.Fatalf("verify = %v, want the corrupt checkpoint named", err)
+	}
+	st.Delete(context.Background(), "vol/commits/00000000000000000005")
+	_, err = graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/00000000000000000005") || !strings.Contains(err.Error(), "archiver pull") {
+		t.Fatalf("open with a corrupt checkpoint and a hole in the chain = %v", err)
+	}
+}
+
+// A warm reader that falls far behind (here 300 commits, many checkpoints)
+// reopens through the newest checkpoint instead of probing every commit,
+// and a long-lived handle moves its base as it refreshes, holding at most
+// about CheckpointEvery commits.
+func TestCheckpoint_WarmReaderJumpsAndRebases(t *testing.T) {
+	st := &counting{Store: newStore(t)}
+	ctx := context.Background()
+	w, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+	rdir := t.TempDir()
+	r, _ := graft.Open(ctx, rdir, "vol", st)
+	for i := 1; i <= 300; i++ {
+		if _, err := w.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := r.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if s := r.Stats(); r.Head()-s.Base > 2*graft.CheckpointEvery {
+				t.Fatalf("after %d commits the reader holds %d commits above its base %d", i, r.Head()-s.Base, s.Base)
+			}
+		}
+	}
+	for i := 301; i <= 600; i++ {
+		w.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil)
+	}
+	st.reset()
+	r2, err := graft.Open(ctx, rdir, "vol", st)
+	if err != nil || r2.Head() != 600 {
+		t.Fatalf("warm reopen 300 commits behind: head %d, %v", r2.Head(), err)
+	}
+	if st.requests() > 8 {
+		t.Fatalf("warm reopen 300 commits behind: %d requests, want <= 8", st.requests())
+	}
+	if got := read(t, r2, 600, 333); got != "page 333" {
+		t.Fatalf("page 333 = %q", got)
+	}
+}
+
+// Two writers racing, both checkpointing, beside gc with a grace longer
+// than a commit takes (1 s, forced): every commit and checkpoint verifies,
+// and a cold reader sees every page. (With no grace at all gc can delete
+// a segment uploaded but not yet committed: the grace is what protects it.)
+func TestCheckpoint_RacingWritersAndGC(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := graft.OpenWith(ctx, t.TempDir(), "vol", st, graft.Options{CheckpointEvery: 4})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for range 60 {
+				time.Sleep(40 * time.Millisecond)
+				no := v.Head() + 1
+				if _, err := v.Commit(ctx, []graft.Page{{No: no, Data: fmt.Appendf(nil, "page %d", no)}}, nil); err != nil && !graft.IsConflict(err) {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	gcDone := make(chan error, 1)
+	go func() {
+		g, err := graft.Open(ctx, t.TempDir(), "vol", st)
+		for err == nil {
+			select {
+			case <-stop:
+				gcDone <- nil
+				return
+			default:
+			}
+			_, err = g.GC(ctx, time.Second, true)
+		}
+		gcDone <- err
+	}()
+	wg.Wait()
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Fatalf("gc beside writers: %v", err)
+	}
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := v.VerifyRemote(ctx)
+	if err != nil || rep.Checkpoints == 0 {
+		t.Fatalf("verify after racing writers and gc: %+v %v", rep, err)
+	}
+	for no := uint64(1); no <= v.Head(); no++ {
+		if got := read(t, v, v.Head(), no); got != fmt.Sprint("page ", no) {
+			t.Fatalf("page %d = %q", no, got)
+		}
+	}
+}
+
+// gc refuses a grace under a minute unless forced.
+func TestCheckpoint_GCRefusesShortGrace(t *testing.T) {
+	st := deep(t, 3, 0)
+	v, _ := graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if _, err := v.GC(context.Background(), 10*time.Second, false); !errors.Is(err, graft.ErrGraceTooShort) {
+		t.Fatalf("gc --grace 10s = %v, want ErrGraceTooShort", err)
+	}
+}
+
+// Superseded checkpoint roots and the leaves only they named go once the
+// checkpoint after them is older than the grace; the newest stays.
+func TestCheckpoint_GCRemovesSupersededCheckpoints(t *testing.T) {
+	st := deep(t, 100, 0)
+	count := func(prefix string) int {
+		keys, _ := st.List(context.Background(), prefix, "", 0)
+		return len(keys)
+	}
+	if count("vol/checkpoints/") != 6 {
+		t.Fatalf("%d checkpoints after 100 commits, want 6", count("vol/checkpoints/"))
+	}
+	v, _ := graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if _, err := v.GC(context.Background(), time.Hour, false); err != nil || count("vol/checkpoints/") != 6 {
+		t.Fatalf("gc with an hour's grace removed checkpoints: %d left, %v", count("vol/checkpoints/"), err)
+	}
+	if _, err := v.GC(context.Background(), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if count("vol/checkpoints/") != 1 || count("vol/index/") != 1 {
+		t.Fatalf("after gc: %d checkpoints, %d leaves; want 1 and 1", count("vol/checkpoints/"), count("vol/index/"))
+	}
+	cold, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, cold, 100, 50); got != "page 50" {
+		t.Fatalf("page 50 = %q", got)
+	}
+	if _, err := cold.VerifyRemote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove
+}
