@@ -1,0 +1,212 @@
+package graft
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// Deep history (issue 14, BENCHMARKS.md D1-D3): archives of 1k to 1M
+// commits of one 100-record page range each, built through Volume.Commit
+// (its local files discarded: only the remote is kept), then opened cold by
+// a child process that counts its object requests and reports its peak RSS.
+//
+//	TMPDIR=/dev/shm SILT_DEEP_SIZES=1000,10000,100000,1000000 \
+//	  go test -run '^$' -bench DeepHistory -benchtime 1x -timeout 60m ./pkg/graft
+//
+// Archives are built once under $TMPDIR/silt-deep-<n> and reused.
+func BenchmarkDeepHistory(b *testing.B) {
+	sizes := os.Getenv("SILT_DEEP_SIZES")
+	if sizes == "" {
+		sizes = "1000,10000,100000"
+	}
+	var rows []deepResult
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		remote := filepath.Join(os.TempDir(), fmt.Sprintf("silt-deep-%d", n))
+		built := time.Now()
+		if err := buildDeep(remote, n); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%d commits ready in %s", n, time.Since(built).Round(time.Millisecond))
+		for _, mode := range []string{"reader", "writer"} {
+			r, err := runDeepChild(remote, mode)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Commits, r.Mode = n, mode
+			rows = append(rows, r)
+		}
+	}
+	b.StopTimer()
+	base := map[string]int64{}
+	fmt.Printf("\n| commits | process | open requests | open ms | window requests | 2*log2(segments) | peak RSS MiB | RSS / first |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		if base[r.Mode] == 0 {
+			base[r.Mode] = r.RSS
+		}
+		fmt.Printf("| %d | %s | %d | %.1f | %d | %d | %.1f | %.2f |\n", r.Commits, r.Mode, r.OpenRequests, r.OpenMS,
+			r.WindowRequests, 2*bits.Len(uint(r.Commits)), float64(r.RSS)/1024, float64(r.RSS)/float64(base[r.Mode]))
+	}
+}
+
+type deepResult struct {
+	Mode           string  `json:"mode"`
+	Commits        int     `json:"commits"`
+	OpenRequests   int64   `json:"open_requests"`
+	OpenMS         float64 `json:"open_ms"`
+	WindowRequests int64   `json:"window_requests"`
+	RSS            int64   `json:"rss_kib"`
+}
+
+// discardFS drops the generator's local files: only the remote matters.
+type discardFS struct{}
+
+type discardFile struct{ name string }
+
+func (discardFile) Write(b []byte) (int, error) { return len(b), nil }
+func (discardFile) Sync() error                 { return nil }
+func (discardFile) Close() error                { return nil }
+func (f discardFile) Name() string              { return f.name }
+
+func (discardFS) CreateTemp(dir, pattern string) (writable, error) {
+	return discardFile{filepath.Join(dir, "discarded")}, nil
+}
+func (discardFS) Rename(from, to string) error { return nil }
+
+// buildDeep makes (or finds) a remote of n commits, each writing 100
+// record-sized pages above the last, with meta n = the commit number.
+func buildDeep(remote string, n int) error {
+	done := filepath.Join(remote, ".built")
+	if _, err := os.Stat(done); err == nil {
+		return nil
+	}
+	os.RemoveAll(remote)
+	st, err := fence.OpenLocal(remote)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	data, err := os.MkdirTemp("", "silt-deep-data")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(data)
+	v, err := OpenWith(ctx, data, "vol", st, Options{KeepMeta: []string{"n"}})
+	if err != nil {
+		return err
+	}
+	v.fs = discardFS{}
+	pages := make([]Page, 100)
+	for i := 1; i <= n; i++ {
+		for j := range pages {
+			pages[j] = Page{No: 1<<62 + uint64((i-1)*100+j), Data: fmt.Appendf(nil, "record %d of commit %d, about a hundred bytes of an entry's fields ............", j, i)}
+		}
+		if _, err := v.Commit(ctx, pages, map[string]string{"n": fmt.Sprintf("%012d", i)}); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(done, nil, 0o644)
+}
+
+// countingStore counts every request.
+type countingStore struct {
+	fence.Store
+	n atomic.Int64
+}
+
+func (c *countingStore) Create(ctx context.Context, k string, b []byte) error {
+	c.n.Add(1)
+	return c.Store.Create(ctx, k, b)
+}
+func (c *countingStore) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
+	c.n.Add(1)
+	return c.Store.Get(ctx, k, r)
+}
+func (c *countingStore) List(ctx context.Context, p, a string, l int) ([]string, error) {
+	c.n.Add(1)
+	return c.Store.List(ctx, p, a, l)
+}
+
+func runDeepChild(remote, mode string) (deepResult, error) {
+	var r deepResult
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDeepChild$")
+	cmd.Env = append(os.Environ(), "SILT_DEEP_CHILD="+mode, "SILT_DEEP_REMOTE="+remote)
+	out, err := cmd.Output()
+	if err != nil {
+		return r, fmt.Errorf("deep child %s: %w\n%s", mode, err, out)
+	}
+	line := out
+	if i := strings.Index(string(out), "{"); i >= 0 {
+		line = out[i:]
+		if j := strings.Index(string(line), "\n"); j >= 0 {
+			line = line[:j]
+		}
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, fmt.Errorf("deep child %s: %w: %s", mode, err, out)
+	}
+	r.RSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	return r, nil
+}
+
+// TestDeepChild is the measured process: a cold open, then a window read
+// (the commit in the middle, found by its meta as the archive finds a
+// time), and for the writer one more commit.
+func TestDeepChild(t *testing.T) {
+	mode := os.Getenv("SILT_DEEP_CHILD")
+	if mode == "" {
+		t.Skip("the child of BenchmarkDeepHistory")
+	}
+	st, err := fence.OpenLocal(os.Getenv("SILT_DEEP_REMOTE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: st}
+	ctx := context.Background()
+	start := time.Now()
+	v, err := OpenWith(ctx, t.TempDir(), "vol", cs, Options{KeepMeta: []string{"n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := deepResult{Mode: mode, OpenRequests: cs.n.Load(), OpenMS: float64(time.Since(start).Microseconds()) / 1000}
+	cs.n.Store(0)
+	target := fmt.Sprintf("%012d", v.Head()/2)
+	for c, err := range v.Entries(ctx, func(m map[string]string) bool { return m["n"] < target }) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, err := v.Segment(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := seg.Lookup(seg.Pages()[0]); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	r.WindowRequests = cs.n.Load()
+	if mode == "writer" {
+		top := v.Head() * 100
+		if _, err := v.Commit(ctx, []Page{{No: 1<<62 + top + 1000, Data: []byte("one more")}}, map[string]string{"n": "999999999999"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(r)
+	fmt.Printf("%s\n", b)
+}
