@@ -43,17 +43,23 @@ type Entry struct {
 	Pages   uint64            `json:"pages"`
 	Time    time.Time         `json:"time"`
 	Meta    map[string]string `json:"meta,omitempty"`
+	// Replaces: the entry is a compaction's (Commit.Replaces).
+	Replaces *PageRange `json:"replaces,omitempty"`
 }
 
 // entryOf returns c's entry, keeping only the metadata keys in keep (nil: all).
 func entryOf(c *Commit, keep []string) Entry {
-	e := Entry{LSN: c.LSN, Hash: c.Hash(), Prev: c.Prev, Segment: c.Segment, Ranges: c.Ranges, Pages: c.Pages, Time: c.Time}
+	e := Entry{LSN: c.LSN, Hash: c.Hash(), Prev: c.Prev, Segment: c.Segment, Ranges: c.Ranges, Pages: c.Pages, Time: c.Time, Replaces: c.Replaces}
+	meta := c.Meta
+	if c.Replaces != nil {
+		meta = c.EntryMeta
+	}
 	if keep == nil {
-		e.Meta = c.Meta
+		e.Meta = meta
 		return e
 	}
 	for _, k := range keep {
-		if val, ok := c.Meta[k]; ok {
+		if val, ok := meta[k]; ok {
 			if e.Meta == nil {
 				e.Meta = map[string]string{}
 			}
@@ -65,8 +71,12 @@ func entryOf(c *Commit, keep []string) Entry {
 
 // commit returns the slim commit an entry stands for.
 func (e Entry) commit(volume string) *Commit {
-	return &Commit{Version: commitVersion, Volume: volume, LSN: e.LSN, Prev: e.Prev, Segment: e.Segment,
-		Ranges: e.Ranges, Pages: e.Pages, Meta: e.Meta, Time: e.Time, hash: e.Hash}
+	c := &Commit{Version: plainVersion, Volume: volume, LSN: e.LSN, Prev: e.Prev, Segment: e.Segment,
+		Ranges: e.Ranges, Pages: e.Pages, Meta: e.Meta, Time: e.Time, Replaces: e.Replaces, hash: e.Hash}
+	if e.Replaces != nil {
+		c.Version, c.EntryMeta = compactionVersion, e.Meta
+	}
+	return c
 }
 
 // lo and hi are the entry's page span (0, 0 for a commit of no pages).
@@ -112,6 +122,7 @@ type leafRef struct {
 	Hi       uint64            `json:"hi"`
 	FirstLSN uint64            `json:"first_lsn"`
 	LastLSN  uint64            `json:"last_lsn"`
+	Bytes    int64             `json:"bytes"`          // sum of the entries' segment sizes
 	Last     map[string]string `json:"last,omitempty"` // kept metadata of the last entry
 }
 
@@ -221,12 +232,12 @@ func decodeCheckpoint(name string, obj []byte) (*checkpoint, error) {
 // leaf returns the entries of one leaf: from memory, the local cache or
 // the remote, always checked against the leaf's key.
 func (v *Volume) leaf(ctx context.Context, ref leafRef) ([]Entry, error) {
-	v.mu.Lock()
+	v.leafMu.Lock()
 	if e, ok := v.leaves[ref.Key]; ok {
-		v.mu.Unlock()
+		v.leafMu.Unlock()
 		return e, nil
 	}
-	v.mu.Unlock()
+	v.leafMu.Unlock()
 	path := v.localLeaf(ref.Key)
 	obj, err := readFile(path)
 	if err != nil {
@@ -241,12 +252,12 @@ func (v *Volume) leaf(ctx context.Context, ref leafRef) ([]Entry, error) {
 	if path != "" {
 		v.writeFile(path, obj) // a cache: a failed write costs a GET next time
 	}
-	v.mu.Lock()
+	v.leafMu.Lock()
 	if len(v.leaves) >= leafCacheSize {
 		clear(v.leaves)
 	}
 	v.leaves[ref.Key] = entries
-	v.mu.Unlock()
+	v.leafMu.Unlock()
 	return entries, nil
 }
 
@@ -273,46 +284,17 @@ func (v *Volume) Checkpoint(ctx context.Context, force bool) (uint64, error) {
 	return v.checkpoint(ctx)
 }
 
-// checkpoint writes the leaves, then the root, create-only. The leaves are
-// the base checkpoint's full leaves, then the entries of its last leaf and
-// of the tail cut into new ones.
+// checkpoint writes the leaves, then the root, create-only: the base
+// checkpoint's leaves with the tail applied (buildLeaves).
 func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	head := v.tail[len(v.tail)-1]
-	ck := &checkpoint{Version: checkpointFormat, Volume: v.name, LSN: head.LSN, CommitHash: head.Hash(),
-		Monotonic: true, Time: time.Now().UTC()}
-	var pending []Entry
-	if b := v.base; b != nil {
-		ck.Monotonic, ck.Entries, ck.Bytes = b.Monotonic, b.Entries, b.Bytes
-		ck.Leaves = slices.Clone(b.Leaves)
-		if n := len(ck.Leaves); n > 0 && ck.Leaves[n-1].Entries < leafSize {
-			last := ck.Leaves[n-1]
-			v.mu.Unlock()
-			entries, err := v.leaf(ctx, last)
-			v.mu.Lock()
-			if err != nil {
-				return 0, err
-			}
-			pending, ck.Leaves = entries, ck.Leaves[:n-1]
-		}
+	ck := &checkpoint{Version: checkpointFormat, Volume: v.name, LSN: head.LSN, CommitHash: head.Hash(), Time: time.Now().UTC()}
+	var err error
+	if ck.Leaves, ck.Monotonic, err = v.buildLeaves(ctx, v.base, v.tail); err != nil {
+		return 0, fmt.Errorf("checkpoint %d of volume %s: %w", ck.LSN, v.name, err)
 	}
-	hi, seen := v.pageTop(ck, pending)
-	for _, c := range v.tail {
-		e := entryOf(c, v.KeepMeta)
-		if seen && e.lo() <= hi {
-			ck.Monotonic = false
-		}
-		hi, seen = max(hi, e.hi()), true
-		pending = append(pending, e)
-		ck.Entries++
-		ck.Bytes += c.Segment.Size
-	}
-	for len(pending) > 0 {
-		n := min(len(pending), leafSize)
-		ref, err := v.putLeaf(ctx, pending[:n])
-		if err != nil {
-			return 0, err
-		}
-		ck.Leaves, pending = append(ck.Leaves, ref), pending[n:]
+	for _, l := range ck.Leaves {
+		ck.Entries, ck.Bytes = ck.Entries+uint64(l.Entries), ck.Bytes+l.Bytes
 	}
 	obj, err := v.commitObject(head)
 	if err != nil {
@@ -337,18 +319,134 @@ func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	return ck.LSN, v.adoptCheckpoint(key, root, head.LSN)
 }
 
-// pageTop returns the highest page of a checkpoint's entries (the last
-// leaf's, or of the pending entries taken out of it).
-func (v *Volume) pageTop(ck *checkpoint, pending []Entry) (uint64, bool) {
-	var hi uint64
-	found := false
-	for _, l := range ck.Leaves {
-		hi, found = max(hi, l.Hi), true
+// chunk is a run of entries in index order: a leaf left as it is (ref), or
+// entries in hand that will be cut into new leaves.
+type chunk struct {
+	ref     *leafRef
+	entries []Entry
+}
+
+func (c chunk) span() (lo, hi uint64) {
+	if c.ref != nil {
+		return c.ref.Lo, c.ref.Hi
 	}
-	for _, e := range pending {
-		hi, found = max(hi, e.hi()), true
+	if len(c.entries) == 0 {
+		return 1, 0
 	}
-	return hi, found
+	return c.entries[0].lo(), c.entries[len(c.entries)-1].hi()
+}
+
+// buildLeaves applies the commits after base to its leaves: a commit of
+// new pages is appended; a compaction commit takes the place of the
+// entries inside the span it replaces. Leaves nothing touched keep their
+// keys; the entries in hand are cut into leaves of leafSize and uploaded.
+// A volume stays monotonic while every appended commit's pages are above
+// all earlier ones.
+func (v *Volume) buildLeaves(ctx context.Context, base *checkpoint, tail []*Commit) ([]leafRef, bool, error) {
+	var chunks []chunk
+	mono, top, seen := true, uint64(0), false
+	if base != nil {
+		mono = base.Monotonic
+		for i := range base.Leaves {
+			chunks = append(chunks, chunk{ref: &base.Leaves[i]})
+			top, seen = max(top, base.Leaves[i].Hi), true
+		}
+	}
+	open := func(i int) error { // materialise chunk i
+		if chunks[i].ref == nil {
+			return nil
+		}
+		entries, err := v.leaf(ctx, *chunks[i].ref)
+		if err != nil {
+			return err
+		}
+		chunks[i] = chunk{entries: slices.Clone(entries)}
+		return nil
+	}
+	if n := len(chunks); n > 0 && chunks[n-1].ref.Entries < leafSize {
+		if err := open(n - 1); err != nil {
+			return nil, false, err
+		}
+	}
+	for _, c := range tail {
+		e := entryOf(c, v.KeepMeta)
+		if e.Replaces == nil {
+			if seen && e.lo() <= top {
+				mono = false
+			}
+			top, seen = max(top, e.hi()), true
+			if n := len(chunks); n > 0 && chunks[n-1].ref == nil {
+				chunks[n-1].entries = append(chunks[n-1].entries, e)
+			} else {
+				chunks = append(chunks, chunk{entries: []Entry{e}})
+			}
+			continue
+		}
+		if !mono {
+			return nil, false, fmt.Errorf("%w: compaction commit %d in a volume whose pages are not in commit order", ErrCorrupt, e.LSN)
+		}
+		if err := v.replace(chunks, open, e); err != nil {
+			return nil, false, err
+		}
+	}
+	var leaves []leafRef
+	var pending []Entry
+	flush := func() error {
+		for len(pending) > 0 {
+			n := min(len(pending), leafSize)
+			ref, err := v.putLeaf(ctx, pending[:n])
+			if err != nil {
+				return err
+			}
+			leaves, pending = append(leaves, ref), pending[n:]
+		}
+		return nil
+	}
+	for _, c := range chunks {
+		if c.ref != nil {
+			if err := flush(); err != nil {
+				return nil, false, err
+			}
+			leaves = append(leaves, *c.ref)
+			continue
+		}
+		pending = append(pending, c.entries...)
+	}
+	return leaves, mono, flush()
+}
+
+// replace puts compaction entry e in place of the entries inside its span.
+// An entry that straddles the span's edge means the compaction was built on
+// another state: corrupt.
+func (v *Volume) replace(chunks []chunk, open func(int) error, e Entry) error {
+	r := *e.Replaces
+	placed := false
+	for i := range chunks {
+		if lo, hi := chunks[i].span(); hi < r.Lo || lo > r.Hi {
+			continue
+		}
+		if err := open(i); err != nil {
+			return err
+		}
+		kept := chunks[i].entries[:0:0]
+		for _, x := range chunks[i].entries {
+			switch {
+			case x.hi() < r.Lo || x.lo() > r.Hi:
+				kept = append(kept, x)
+			case x.lo() >= r.Lo && x.hi() <= r.Hi:
+				if !placed {
+					kept, placed = append(kept, e), true
+				}
+			default:
+				return fmt.Errorf("%w: compaction commit %d replaces pages %d-%d, entry %d straddles them (%d-%d)", ErrCorrupt, e.LSN, r.Lo, r.Hi, x.LSN, x.lo(), x.hi())
+			}
+		}
+		chunks[i].entries = kept
+	}
+	if !placed {
+		return fmt.Errorf("%w: compaction commit %d replaces pages %d-%d, which no entry holds", ErrCorrupt, e.LSN, r.Lo, r.Hi)
+	}
+	return nil
 }
 
 func (v *Volume) putLeaf(ctx context.Context, entries []Entry) (leafRef, error) {
@@ -360,7 +458,7 @@ func (v *Volume) putLeaf(ctx context.Context, entries []Entry) (leafRef, error) 
 	ref := leafRef{Key: v.leafKey(last.LSN, obj), Size: int64(len(obj)), Entries: len(entries),
 		Lo: entries[0].lo(), Hi: last.hi(), FirstLSN: entries[0].LSN, LastLSN: last.LSN, Last: last.Meta}
 	for _, e := range entries {
-		ref.Lo, ref.Hi = min(ref.Lo, e.lo()), max(ref.Hi, e.hi())
+		ref.Lo, ref.Hi, ref.Bytes = min(ref.Lo, e.lo()), max(ref.Hi, e.hi()), ref.Bytes+e.Segment.Size
 	}
 	if err := v.store.Create(ctx, ref.Key, obj); err != nil && !errors.Is(err, fence.ErrExists) {
 		return leafRef{}, fmt.Errorf("checkpoint leaf of volume %s: %w", v.name, err)

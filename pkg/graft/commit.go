@@ -11,7 +11,14 @@ import (
 	"time"
 )
 
-const commitVersion = 1
+// Commit format versions: 1 for a commit of new pages, 2 for a compaction
+// commit (Replaces set), which an older build must refuse rather than read
+// its pages twice. commitVersion is the newest this build reads.
+const (
+	plainVersion      = 1
+	compactionVersion = 2
+	commitVersion     = compactionVersion
+)
 
 // Commit is the record that makes one segment's pages visible at an LSN. It
 // is written last, once, create-only, at commits/<20-digit LSN>. Prev is the
@@ -31,6 +38,12 @@ type Commit struct {
 	// Tail holds the entries of the commits after it, up to this one.
 	Base uint64  `json:"base,omitempty"`
 	Tail []Entry `json:"tail,omitempty"`
+	// Replaces, on a compaction commit, spans the pages of the adjacent
+	// entries whose segments its own segment merges; EntryMeta is the
+	// metadata of its entry (the last merged entry's), while Meta carries
+	// the volume's latest metadata forward unchanged.
+	Replaces  *PageRange        `json:"replaces,omitempty"`
+	EntryMeta map[string]string `json:"entry_meta,omitempty"`
 
 	hash string // SHA-256 of the encoded object, set by Encode and DecodeCommit
 	raw  []byte // the encoded object, kept for the head commit only
@@ -94,6 +107,10 @@ func (c *Commit) Validate() error {
 		return fmt.Errorf("%w: LSN %d with prev %q", ErrCorrupt, c.LSN, c.Prev)
 	case c.Segment.Key == "" || c.Segment.SHA256 == "":
 		return fmt.Errorf("%w: no segment", ErrCorrupt)
+	case (c.Version == compactionVersion) != (c.Replaces != nil):
+		return fmt.Errorf("%w: commit version %d with replaces %v", ErrCorrupt, c.Version, c.Replaces)
+	case c.Replaces != nil && (c.Replaces.Hi < c.Replaces.Lo || len(c.Ranges) == 0 || c.Ranges[0].Lo < c.Replaces.Lo || c.Ranges[len(c.Ranges)-1].Hi > c.Replaces.Hi):
+		return fmt.Errorf("%w: compaction commit writes pages outside the span it replaces %v", ErrCorrupt, *c.Replaces)
 	case c.Base > 0 || len(c.Tail) > 0:
 		if _, err := checkTail(c); err != nil {
 			return err

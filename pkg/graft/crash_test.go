@@ -41,6 +41,13 @@ func crashChild(step, data, remote string) int {
 			select {}
 		}
 	}
+	if os.Getenv("GRAFT_CRASH_COMPACT") != "" {
+		if _, err := v.Compact(context.Background(), graft.CompactOptions{Target: 1 << 30, MinEntries: 8}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		return 0
+	}
 	no := v.Head() + 1
 	if _, err := v.Commit(context.Background(), []graft.Page{{No: no, Data: []byte(fmt.Sprint("page ", no))}}, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -2,6 +2,7 @@ package graft
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,14 +24,18 @@ type VerifyReport struct {
 	Pages       int64 `json:"pages"`
 	Bytes       int64 `json:"bytes"`
 	Checkpoints int   `json:"checkpoints"`
+	Entries     int   `json:"entries"`   // live segments (fewer than commits after compaction)
+	Collected   int   `json:"collected"` // segments compacted away and removed by gc
 }
 
 // VerifyRemote checks the remote copy: every commit object's checksum, the
 // hash chain and LSN sequence, every commit's tail against the commits it
 // names, every segment's SHA-256, page checksums and page ranges against
-// its commit, and every checkpoint against the chain (its commit, and each
-// leaf recomputed from the chain's entries). The error names the first bad
-// object; missing commits are named all at once.
+// its commit, and every checkpoint against the chain (its commit and
+// totals; for the newest, every entry of every leaf). Segments a
+// compaction replaced may be gone (gc): they are checked when present.
+// The error names the first bad object; missing commits are named all at
+// once.
 func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	var rep VerifyReport
 	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
@@ -45,12 +50,13 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
 	ckAt := map[uint64]string{}
+	var newestCk uint64
 	for _, k := range cks {
 		if lsn, ok := checkpointLSN(k); ok {
-			ckAt[lsn] = k
+			ckAt[lsn], newestCk = k, max(newestCk, lsn)
 		}
 	}
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
 	for i, key := range keys {
 		b, err := v.store.Get(ctx, key, fence.Range{})
 		if err != nil {
@@ -67,39 +73,63 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			return rep, err
 		}
 		seg, err := v.store.Get(ctx, c.Segment.Key, fence.Range{})
-		if err != nil {
+		if errors.Is(err, fence.ErrNotFound) {
+			cv.missing[c.LSN] = c.Segment.Key // fine if a compaction replaced it: checked at the end
+			rep.Collected++
+		} else if err != nil {
 			return rep, fmt.Errorf("verify volume %s: commit %s: %w", v.name, key, err)
-		}
-		if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
+		} else if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
 			return rep, err
 		}
 		if ck, ok := ckAt[c.LSN]; ok {
-			if err := cv.checkpoint(ctx, ck); err != nil {
+			// Every checkpoint's commit and totals; the newest one's entries too.
+			if err := cv.checkpoint(ctx, ck, c.LSN == newestCk); err != nil {
 				return rep, err
 			}
 			delete(ckAt, c.LSN)
 			rep.Checkpoints++
 		}
-		rep.Commits, rep.Segments, rep.Pages, rep.Bytes = rep.Commits+1, rep.Segments+1, rep.Pages+int64(c.Pages), rep.Bytes+int64(len(seg))
+		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
+		if seg != nil {
+			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+int64(len(seg))
+		}
 	}
 	for lsn, k := range ckAt {
 		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's %d commits", k, ErrCorrupt, lsn, len(keys))
 	}
-	return rep, nil
+	rep.Entries = len(cv.entries)
+	return rep, cv.gone()
 }
 
-// chainVerifier follows the chain in order, holding the entries of the
-// leaf being filled and recent entries for tails, never the whole history.
+// chainVerifier follows the chain in order and keeps the volume's entries
+// as the chain makes them, in a compact form (about 48 bytes an entry,
+// where a whole entry takes ten times that), and recent entries in full
+// for their successors' tails.
 type chainVerifier struct {
 	v       *Volume
 	prev    string
-	leaves  []leafRef // full leaves, recomputed from the chain
-	partial []Entry
-	entries uint64
+	entries []derived // in index order
 	bytes   int64
 	mono    bool
 	top     uint64
-	recent  map[uint64]Entry // entries of recent commits, for their successors' tails
+	recent  map[uint64]Entry
+	missing map[uint64]string // segments not found, by commit
+}
+
+// derived is an entry as the chain makes it: its commit, page span and a
+// digest of the whole entry.
+type derived struct {
+	lsn, lo, hi uint64
+	size        int64
+	digest      [16]byte
+}
+
+func derive(e Entry) derived {
+	b, _ := json.Marshal(e)
+	sum := sha256.Sum256(b)
+	d := derived{lsn: e.LSN, lo: e.lo(), hi: e.hi(), size: e.Segment.Size}
+	copy(d.digest[:], sum[:])
+	return d
 }
 
 func (cv *chainVerifier) add(key string, c *Commit) error {
@@ -109,36 +139,39 @@ func (cv *chainVerifier) add(key string, c *Commit) error {
 		}
 	}
 	e := entryOf(c, cv.v.KeepMeta)
-	if cv.entries == 0 {
+	d := derive(e)
+	if len(cv.entries) == 0 && c.LSN == 1 {
 		cv.mono = true
-	} else if e.lo() <= cv.top {
-		cv.mono = false
 	}
-	cv.top = max(cv.top, e.hi())
-	cv.partial = append(cv.partial, e)
-	cv.entries, cv.bytes, cv.prev = cv.entries+1, cv.bytes+c.Segment.Size, c.Hash()
-	if len(cv.partial) == leafSize {
-		ref, err := cv.ref(cv.partial)
-		if err != nil {
-			return err
+	if e.Replaces == nil {
+		if len(cv.entries) > 0 && d.lo <= cv.top {
+			cv.mono = false
 		}
-		cv.leaves, cv.partial = append(cv.leaves, ref), nil
+		cv.top = max(cv.top, d.hi)
+		cv.entries, cv.bytes = append(cv.entries, d), cv.bytes+d.size
+	} else {
+		r := *e.Replaces
+		i, _ := slices.BinarySearchFunc(cv.entries, r.Lo, func(x derived, lo uint64) int { return cmpU64(x.lo, lo) })
+		j := i
+		for j < len(cv.entries) && cv.entries[j].hi <= r.Hi {
+			cv.bytes -= cv.entries[j].size
+			j++
+		}
+		if !cv.mono || j == i || cv.entries[i].lo < r.Lo || j < len(cv.entries) && cv.entries[j].lo <= r.Hi {
+			return fmt.Errorf("commit %s: %w: compaction of pages %d-%d does not replace whole entries", key, ErrCorrupt, r.Lo, r.Hi)
+		}
+		cv.entries = slices.Replace(cv.entries, i, j, d)
+		cv.bytes += d.size
 	}
+	cv.prev = c.Hash()
 	cv.recent[c.LSN] = e
 	delete(cv.recent, c.LSN-uint64(8*max(cv.v.CheckpointEvery, CheckpointEvery)))
 	return nil
 }
 
-func (cv *chainVerifier) ref(entries []Entry) (leafRef, error) {
-	obj, err := encodeLeaf(entries)
-	if err != nil {
-		return leafRef{}, err
-	}
-	return leafRef{Key: cv.v.leafKey(entries[len(entries)-1].LSN, obj), Entries: len(entries)}, nil
-}
-
-// checkpoint checks the checkpoint at the commit just added.
-func (cv *chainVerifier) checkpoint(ctx context.Context, key string) error {
+// checkpoint checks the checkpoint at the commit just added: its commit,
+// its totals, and, with full, every entry of every leaf.
+func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) error {
 	root, err := cv.v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
 		return fmt.Errorf("verify volume %s: %w", cv.v.name, err)
@@ -147,33 +180,41 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	want := slices.Clone(cv.leaves)
-	if len(cv.partial) > 0 {
-		ref, err := cv.ref(cv.partial)
-		if err != nil {
-			return err
-		}
-		want = append(want, ref)
-	}
 	switch {
 	case ck.CommitHash != cv.prev:
 		return fmt.Errorf("checkpoint %s: %w: names commit %.12s, the chain has %.12s at LSN %d", key, ErrCorrupt, ck.CommitHash, cv.prev, ck.LSN)
-	case ck.Entries != cv.entries || ck.Bytes != cv.bytes || ck.Monotonic != cv.mono:
+	case ck.Entries != uint64(len(cv.entries)) || ck.Bytes != cv.bytes || ck.Monotonic != cv.mono:
 		return fmt.Errorf("checkpoint %s: %w: %d entries of %d bytes (monotonic %t), the chain has %d of %d (%t)",
-			key, ErrCorrupt, ck.Entries, ck.Bytes, ck.Monotonic, cv.entries, cv.bytes, cv.mono)
-	case len(ck.Leaves) != len(want):
-		return fmt.Errorf("checkpoint %s: %w: %d leaves, the chain makes %d", key, ErrCorrupt, len(ck.Leaves), len(want))
+			key, ErrCorrupt, ck.Entries, ck.Bytes, ck.Monotonic, len(cv.entries), cv.bytes, cv.mono)
+	case !full:
+		return nil
 	}
+	at := 0
 	for i, l := range ck.Leaves {
-		if l.Key != want[i].Key || l.Entries != want[i].Entries {
-			return fmt.Errorf("checkpoint %s: %w: leaf %d is %s, the chain makes %s", key, ErrCorrupt, i, l.Key, want[i].Key)
-		}
 		obj, err := cv.v.store.Get(ctx, l.Key, fence.Range{})
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: leaf %d: %w", key, i, err)
 		}
-		if _, err := cv.v.decodeLeaf(l, obj); err != nil {
+		entries, err := cv.v.decodeLeaf(l, obj)
+		if err != nil {
 			return err
+		}
+		for _, e := range entries {
+			if at >= len(cv.entries) || derive(e) != cv.entries[at] {
+				return fmt.Errorf("checkpoint %s: %w: leaf %s, entry of commit %d: not the chain's entry %d", key, ErrCorrupt, l.Key, e.LSN, at)
+			}
+			at++
+		}
+	}
+	return nil
+}
+
+// gone checks, at the end of the chain, that every segment found missing
+// belongs to an entry a compaction replaced: none of the live ones.
+func (cv *chainVerifier) gone() error {
+	for _, d := range cv.entries {
+		if key, ok := cv.missing[d.lsn]; ok {
+			return fmt.Errorf("verify volume %s: commit %d: %w: its segment %s is missing", cv.v.name, d.lsn, fence.ErrNotFound, key)
 		}
 	}
 	return nil
@@ -292,21 +333,45 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		return rep, fmt.Errorf("pull volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
 	}
 	hashes := make([]string, 0, len(keys))
-	prev := ""
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
 	for i, key := range keys {
-		c, obj, seg, err := v.fetchPair(ctx, key, uint64(i)+1, prev)
+		obj, err := v.store.Get(ctx, key, fence.Range{})
+		if err != nil {
+			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
+		}
+		c, err := DecodeCommit(key, obj)
 		if err != nil {
 			return rep, err
 		}
-		if err := v.writeFile(v.localSegment(c.Segment.Key), seg); err != nil {
+		if err := chained(key, c, uint64(i)+1, cv.prev); err != nil {
 			return rep, err
+		}
+		if err := cv.add(key, c); err != nil {
+			return rep, err
+		}
+		seg, err := v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		switch {
+		case errors.Is(err, fence.ErrNotFound):
+			cv.missing[c.LSN] = c.Segment.Key // compacted away, or an error found by gone()
+		case err != nil:
+			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
+		default:
+			if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
+				return rep, err
+			}
+			if err := v.writeFile(v.localSegment(c.Segment.Key), seg); err != nil {
+				return rep, err
+			}
+			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+int64(len(seg))
 		}
 		if err := v.writeFile(v.localCommit(c.LSN), obj); err != nil {
 			return rep, err
 		}
-		prev = c.Hash()
-		hashes = append(hashes, prev)
-		rep.Commits, rep.Segments, rep.Pages, rep.Bytes = rep.Commits+1, rep.Segments+1, rep.Pages+int64(c.Pages), rep.Bytes+int64(len(seg))
+		hashes = append(hashes, c.Hash())
+		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
+	}
+	if err := cv.gone(); err != nil {
+		return rep, err
 	}
 	os.Remove(v.localCheckpoint())
 	if cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1); err == nil && len(cks) == 1 {
@@ -319,26 +384,13 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		}
 	}
 	v.base, v.tail = nil, nil
+	v.cacheMu.Lock()
 	clear(v.cache)
+	v.cacheMu.Unlock()
+	v.leafMu.Lock()
 	clear(v.leaves)
+	v.leafMu.Unlock()
 	return rep, v.loadLocal()
-}
-
-// fetchPair fetches and checks one remote commit and its segment.
-func (v *Volume) fetchPair(ctx context.Context, key string, lsn uint64, prev string) (c *Commit, obj, seg []byte, err error) {
-	if obj, err = v.store.Get(ctx, key, fence.Range{}); err != nil {
-		return nil, nil, nil, fmt.Errorf("pull volume %s: %w", v.name, err)
-	}
-	if c, err = DecodeCommit(key, obj); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := chained(key, c, lsn, prev); err != nil {
-		return nil, nil, nil, err
-	}
-	if seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{}); err != nil {
-		return nil, nil, nil, fmt.Errorf("pull volume %s: %w", v.name, err)
-	}
-	return c, obj, seg, checkAgainst(c.Segment.Key, seg, c)
 }
 
 // MinGrace is the smallest grace GC accepts unless forced: a reader or a
@@ -348,11 +400,13 @@ const MinGrace = time.Minute
 // ErrGraceTooShort: GC was asked for a grace under MinGrace.
 var ErrGraceTooShort = errors.New("gc grace too short")
 
-// GC removes what no live state references, once older than grace:
-// segments no entry names (a crashed or losing upload leaves them),
-// checkpoint roots superseded for longer than grace, and the leaves only
-// they named; and such local segment files. It lists the segments before
-// it reads the state, so a segment committed meanwhile is referenced by
+// GC removes what no state a reader may hold references, once older than
+// grace: segments no entry names (a crashed or losing upload leaves them,
+// and compaction replaces them), checkpoint roots superseded for longer
+// than grace, and the leaves only they named; and such local segment
+// files. A state a reader may hold is the current one or that of a
+// checkpoint superseded less than grace ago. GC lists the segments before
+// it reads the states, so a segment committed meanwhile is referenced by
 // the state it reads. It returns how many remote objects it deleted.
 func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, error) {
 	if grace < MinGrace && !force {
@@ -372,6 +426,22 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		}
 		referenced[c.Segment.Key] = true
 	}
+	for _, c := range v.state().tail {
+		referenced[c.Segment.Key] = true // compaction commits not yet checkpointed
+	}
+	roots, err := v.keptRoots(ctx, grace)
+	if err != nil {
+		return 0, err
+	}
+	for _, ref := range roots.leaves {
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
+		}
+		for _, e := range entries {
+			referenced[e.Segment.Key] = true
+		}
+	}
 	deleted := 0
 	for _, k := range keys {
 		if referenced[k] || time.Since(segmentTime(k)) < grace {
@@ -382,7 +452,7 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		}
 		deleted++
 	}
-	n, err := v.gcCheckpoints(ctx, grace)
+	n, err := v.gcCheckpoints(ctx, roots)
 	deleted += n
 	if err != nil {
 		return deleted, err
@@ -390,50 +460,66 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 	return deleted, v.gcLocal(referenced, grace)
 }
 
-// gcCheckpoints deletes the checkpoint roots whose successor is older than
-// grace (a reader that opened one has had grace to finish), then the leaves
-// no kept root names and no checkpoint in flight can (their last LSN is at
-// or below the newest kept root's).
-func (v *Volume) gcCheckpoints(ctx context.Context, grace time.Duration) (int, error) {
+// kept is what gc keeps of the checkpoints: the roots a reader may hold
+// (newest first), the leaves they name, and the roots to delete.
+type kept struct {
+	roots, stale []string
+	leaves       map[string]leafRef
+	newest       uint64
+}
+
+// keptRoots reads the checkpoint roots newest first, keeping each until
+// one older than grace (every root older than that was superseded over
+// grace ago).
+func (v *Volume) keptRoots(ctx context.Context, grace time.Duration) (kept, error) {
+	k := kept{leaves: map[string]leafRef{}}
 	roots, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0) // newest first
-	if err != nil || len(roots) == 0 {
-		return 0, err
+	if err != nil {
+		return k, fmt.Errorf("gc volume %s: %w", v.name, err)
 	}
-	keep := map[string]bool{}
-	var newest uint64
-	cut := len(roots)
 	for i, key := range roots {
 		obj, err := v.store.Get(ctx, key, fence.Range{})
 		if err != nil {
-			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
+			return k, fmt.Errorf("gc volume %s: %w", v.name, err)
 		}
 		ck, err := decodeCheckpoint(key, obj)
 		if err != nil {
-			return 0, fmt.Errorf("gc volume %s: %w (leaving checkpoints alone)", v.name, err)
+			return k, fmt.Errorf("gc volume %s: %w (gc deletes nothing while a checkpoint is unreadable)", v.name, err)
 		}
 		for _, l := range ck.Leaves {
-			keep[l.Key] = true
+			k.leaves[l.Key] = l
 		}
-		newest = max(newest, ck.LSN)
+		k.roots, k.newest = append(k.roots, key), max(k.newest, ck.LSN)
 		if time.Since(ck.Time) >= grace {
-			cut = i + 1 // older roots were superseded by this one over grace ago
+			k.stale = roots[i+1:]
 			break
 		}
 	}
+	return k, nil
+}
+
+// gcCheckpoints deletes the stale roots, then the leaves no kept root
+// names and no checkpoint in flight can (their last LSN is at or below the
+// newest kept root's).
+func (v *Volume) gcCheckpoints(ctx context.Context, k kept) (int, error) {
 	deleted := 0
-	for _, key := range roots[cut:] {
+	for _, key := range k.stale {
 		if err := v.store.Delete(ctx, key); err != nil {
 			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
 		}
 		deleted++
+	}
+	if len(k.roots) == 0 {
+		return deleted, nil
 	}
 	leaves, err := v.store.List(ctx, v.name+"/index/", "", 0)
 	if err != nil {
 		return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
 	}
 	for _, key := range leaves {
+		_, isKept := k.leaves[key]
 		last, err := strconv.ParseUint(strings.SplitN(filepath.Base(key), "-", 2)[0], 10, 64)
-		if keep[key] || err != nil || last > newest {
+		if isKept || err != nil || last > k.newest {
 			continue
 		}
 		if err := v.store.Delete(ctx, key); err != nil {

@@ -156,7 +156,9 @@ func (v *Volume) Entries(ctx context.Context, before func(meta map[string]string
 			}
 		}
 		for _, c := range st.tail {
-			if before(c.Meta) {
+			// A compaction not yet in a checkpoint: the entries it replaces
+			// are still in the leaves (and their segments kept by gc).
+			if c.Replaces != nil || before(c.Meta) {
 				continue
 			}
 			if !yield(c, nil) {
@@ -194,10 +196,16 @@ func (v *Volume) Segment(ctx context.Context, c *Commit) (*Segment, error) { ret
 // remote (fetched whole and cached locally when small enough). Every byte is
 // checked against the commit's SHA-256 before use.
 func (v *Volume) segment(ctx context.Context, c *Commit) (*Segment, error) {
-	v.mu.Lock()
+	return v.segmentOf(ctx, c, false)
+}
+
+// segmentOf is segment; whole fetches a large remote segment in one GET
+// (compaction reads every page of it) instead of page by page.
+func (v *Volume) segmentOf(ctx context.Context, c *Commit, whole bool) (*Segment, error) {
+	v.cacheMu.Lock()
 	seg := v.cache[c.Segment.Key]
-	v.mu.Unlock()
-	if seg != nil {
+	v.cacheMu.Unlock()
+	if seg != nil && (!whole || seg.fetch == nil) {
 		return seg, nil
 	}
 	path := v.localSegment(c.Segment.Key)
@@ -205,7 +213,7 @@ func (v *Volume) segment(ctx context.Context, c *Commit) (*Segment, error) {
 	name := path
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if c.Segment.Size > v.CacheWholeBelow {
+		if c.Segment.Size > v.CacheWholeBelow && !whole {
 			return v.remoteSegment(ctx, c)
 		}
 		if b, err = v.store.Get(ctx, c.Segment.Key, fence.Range{}); err != nil {
@@ -223,12 +231,12 @@ func (v *Volume) segment(ctx context.Context, c *Commit) (*Segment, error) {
 			return nil, err
 		}
 	}
-	v.mu.Lock()
+	v.cacheMu.Lock()
 	if len(v.cache) > 64 { // a small bound: segments are re-read from disk cheaply
 		clear(v.cache)
 	}
 	v.cache[c.Segment.Key] = seg
-	v.mu.Unlock()
+	v.cacheMu.Unlock()
 	return seg, nil
 }
 

@@ -45,7 +45,9 @@ type Volume struct {
 	mu      sync.Mutex
 	base    *checkpoint // nil: no checkpoint yet
 	tail    []*Commit   // the commits after base, in LSN order; all but the latest slimmed
+	cacheMu sync.Mutex  // guards cache, so segments are read while mu is held
 	cache   map[string]*Segment
+	leafMu  sync.Mutex // guards leaves, so a leaf is read while mu is held
 	leaves  map[string][]Entry
 	badBase uint64 // a checkpoint rebase found unusable
 }
@@ -554,12 +556,32 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	c, err := v.commit(ctx, pages, meta, nil)
+	if err != nil {
+		return nil, err
+	}
+	if v.CheckpointEvery >= 0 && v.checkpointDue() {
+		if _, err := v.checkpoint(ctx); err != nil {
+			// The commit stands; the next commit's tail carries on until a
+			// checkpoint succeeds.
+			v.warnf("checkpoint at commit %d not written: %v", c.LSN, err)
+		}
+	}
+	return c, nil
+}
+
+// commit writes the next commit with v.mu held; with edit, the commit is
+// changed before it is encoded (a compaction's fields).
+func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]string, edit func(*Commit)) (*Commit, error) {
 	lsn := v.headLSN() + 1
 	seg, err := EncodeSegment(lsn, pages)
 	if err != nil {
 		return nil, err
 	}
 	c := v.newCommit(lsn, seg, pages, meta)
+	if edit != nil {
+		edit(c)
+	}
 	if err := v.writeSegment(ctx, c.Segment.Key, seg, c.Segment.SHA256); err != nil {
 		return nil, err
 	}
@@ -589,13 +611,6 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 	}
 	v.push(c)
 	v.failpoint("head-updated")
-	if v.CheckpointEvery >= 0 && v.checkpointDue() {
-		if _, err := v.checkpoint(ctx); err != nil {
-			// The commit stands; the next commit's tail carries on until a
-			// checkpoint succeeds.
-			v.warnf("checkpoint at commit %d not written: %v", lsn, err)
-		}
-	}
 	return c, nil
 }
 
@@ -603,7 +618,7 @@ func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string
 	sum := sha256.Sum256(seg)
 	now := time.Now().UTC()
 	c := &Commit{
-		Version: commitVersion, Volume: v.name, LSN: lsn,
+		Version: plainVersion, Volume: v.name, LSN: lsn,
 		Segment: SegmentRef{
 			Key:  fmt.Sprintf("%s/segments/%s-%013d-%s", v.name, lsnName(lsn), now.UnixMilli(), v.writer),
 			Size: int64(len(seg)), SHA256: hex.EncodeToString(sum[:]),

@@ -1,0 +1,166 @@
+package graft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+)
+
+// Compaction merges the segments of adjacent small entries into one, so a
+// volume of a million small commits keeps about bytes/Target segment
+// objects (docs/architecture.md, "Deep history"). Only monotonic volumes
+// (pages in commit order, as every archive is) are compacted.
+
+// CompactOptions bound one Compact call; the zero value takes the defaults.
+type CompactOptions struct {
+	// Target is the size a merged segment grows to (default 64 MiB). An
+	// entry at or above it is never merged again.
+	Target int64
+	// MinEntries merges a run of this many small entries even below Target
+	// (default 1024), so a quiet stream's object count stays bounded too.
+	MinEntries int
+	// MaxBytes bounds the bytes merged by one call (default 4 × Target): an
+	// archive run compacts a little each time.
+	MaxBytes int64
+}
+
+func (o *CompactOptions) defaults() {
+	if o.Target <= 0 {
+		o.Target = 64 << 20
+	}
+	if o.MinEntries <= 1 {
+		o.MinEntries = 1024
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 4 * o.Target
+	}
+}
+
+// CompactResult says what one Compact call did.
+type CompactResult struct {
+	Merged   int   `json:"merged"`   // entries replaced
+	Segments int   `json:"segments"` // merged segments written (one compaction commit each)
+	Bytes    int64 `json:"bytes"`    // bytes of the merged segments
+	Entries  int64 `json:"entries"`  // live entries after it
+}
+
+// ErrNotMonotonic: the volume rewrites pages, so it is not compacted.
+var ErrNotMonotonic = errors.New("volume is not monotonic")
+
+// Compact merges runs of adjacent small entries, oldest first, each into
+// one segment committed by a compaction commit (which carries the latest
+// metadata forward), then checkpoints so readers find the merged entry.
+// A compaction that loses the race for its LSN to another writer is
+// dropped (its segment is an orphan for gc) and the call returns what it
+// did so far: the next call starts again from the new state.
+//
+// Readers that opened before a compaction still read the replaced
+// segments: gc removes them only once no checkpoint younger than its
+// grace names them.
+func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult, error) {
+	opt.defaults()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var res CompactResult
+	if err := v.refresh(ctx); err != nil {
+		return res, err
+	}
+	for res.Bytes < opt.MaxBytes {
+		if len(v.tail) > 0 { // every entry in leaves: runs are found there
+			if _, err := v.checkpoint(ctx); err != nil {
+				return res, err
+			}
+		}
+		if v.base == nil {
+			break
+		}
+		if !v.base.Monotonic {
+			return res, fmt.Errorf("compact volume %s: %w", v.name, ErrNotMonotonic)
+		}
+		run, err := v.smallRun(ctx, opt)
+		if err != nil || len(run) < 2 {
+			return v.compacted(res), err
+		}
+		n, err := v.merge(ctx, run)
+		if IsConflict(err) {
+			return v.compacted(res), nil
+		}
+		if err != nil {
+			return v.compacted(res), err
+		}
+		res.Merged, res.Segments, res.Bytes = res.Merged+len(run), res.Segments+1, res.Bytes+n
+	}
+	return v.compacted(res), nil
+}
+
+func (v *Volume) compacted(res CompactResult) CompactResult {
+	if v.base != nil {
+		res.Entries = int64(v.base.Entries)
+	}
+	res.Entries += int64(len(v.tail))
+	return res
+}
+
+// smallRun returns the first run of adjacent entries below Target that
+// reaches Target bytes or MinEntries entries (nil: none does yet).
+func (v *Volume) smallRun(ctx context.Context, opt CompactOptions) ([]Entry, error) {
+	var run []Entry
+	var bytes int64
+	for _, ref := range v.base.Leaves {
+		if ref.Bytes >= opt.Target*int64(ref.Entries) {
+			run, bytes = nil, 0 // a leaf of merged entries only
+			continue
+		}
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.Segment.Size >= opt.Target {
+				run, bytes = nil, 0
+				continue
+			}
+			run, bytes = append(run, e), bytes+e.Segment.Size
+			if bytes >= opt.Target || len(run) >= opt.MinEntries {
+				return run, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// merge writes the pages of run's segments as one compaction commit and
+// checkpoints it; it returns the merged segment's size.
+func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
+	var pages []Page
+	for _, e := range run {
+		seg, err := v.segmentOf(ctx, e.commit(v.name), true)
+		if err != nil {
+			return 0, fmt.Errorf("compact volume %s: %w", v.name, err)
+		}
+		for _, no := range seg.Pages() {
+			data, err := seg.Lookup(no)
+			if err != nil {
+				return 0, fmt.Errorf("compact volume %s: %w", v.name, err)
+			}
+			pages = append(pages, Page{No: no, Data: data})
+		}
+	}
+	last := run[len(run)-1]
+	span := PageRange{Lo: run[0].lo(), Hi: last.hi()}
+	head := v.head()
+	c, err := v.commit(ctx, pages, maps.Clone(head.Meta), func(c *Commit) {
+		c.Version, c.Replaces, c.EntryMeta = compactionVersion, &span, maps.Clone(last.Meta)
+	})
+	if err != nil {
+		return 0, err
+	}
+	v.failpoint("compaction-committed")
+	if _, err := v.checkpoint(ctx); err != nil {
+		// Readers still find every page (the compaction commit is in the
+		// commits after the checkpoint); the next call checkpoints first.
+		return c.Segment.Size, fmt.Errorf("compact volume %s: checkpoint after compaction commit %d: %w", v.name, c.LSN, err)
+	}
+	return c.Segment.Size, nil
+}

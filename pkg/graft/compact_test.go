@@ -1,0 +1,186 @@
+package graft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/graft"
+)
+
+// pagesOf reads the volume through its entries, in order, and returns the
+// page numbers it finds: a gap or a duplicate shows.
+func pagesOf(t *testing.T, v *graft.Volume) []uint64 {
+	t.Helper()
+	var out []uint64
+	for c, err := range v.Entries(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, err := v.Segment(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, no := range seg.Pages() {
+			data, err := seg.Lookup(no)
+			if err != nil || string(data) != fmt.Sprint("page ", no) {
+				t.Fatalf("page %d = %q, %v", no, data, err)
+			}
+			out = append(out, no)
+		}
+	}
+	return out
+}
+
+func wantPages(t *testing.T, got []uint64, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("%d pages through the entries, want %d", len(got), n)
+	}
+	for i, no := range got {
+		if no != uint64(i+1) {
+			t.Fatalf("page %d at position %d: a gap or a duplicate", no, i)
+		}
+	}
+}
+
+// Compaction merges runs of small entries; readers before and after it,
+// warm and cold, see every page once; verify passes before and after gc
+// removes the replaced segments.
+func TestCompact_MergesAndReadersSeeEveryPageOnce(t *testing.T) {
+	st := deep(t, 300, 0)
+	ctx := context.Background()
+	before, _ := graft.Open(ctx, t.TempDir(), "vol", st) // a reader that opened before
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 64})
+	if err != nil || res.Segments != 4 || res.Merged != 256 || res.Entries != 300-256+4 {
+		t.Fatalf("compact: %+v %v; want 4 merged segments of 64 entries each, 48 entries left", res, err)
+	}
+	wantPages(t, pagesOf(t, before), 300) // still on the old state
+	if err := before.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantPages(t, pagesOf(t, before), 300) // the compaction commits in its tail
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cold.Stats(); s.Entries != 48 {
+		t.Fatalf("cold reader sees %d entries, want 48", s.Entries)
+	}
+	wantPages(t, pagesOf(t, cold), 300)
+	if rep, err := cold.VerifyRemote(ctx); err != nil || rep.Entries != 48 || rep.Collected != 0 {
+		t.Fatalf("verify after compaction: %+v %v", rep, err)
+	}
+	n, err := v.GC(ctx, 0, true)
+	if err != nil || n < 256 {
+		t.Fatalf("gc after compaction deleted %d, %v; want the 256 replaced segments at least", n, err)
+	}
+	rep, err := cold.VerifyRemote(ctx)
+	if err != nil || rep.Collected != 256 {
+		t.Fatalf("verify after gc: %+v %v; want 256 collected", rep, err)
+	}
+	wantPages(t, pagesOf(t, cold), 300)
+	again, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+	wantPages(t, pagesOf(t, again), 300)
+	// A second pass merges the merged ones with the rest once they reach MinEntries.
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 48}); err != nil || res.Segments != 1 || res.Entries != 1 {
+		t.Fatalf("second compact: %+v %v; want everything in one", res, err)
+	}
+	wantPages(t, pagesOf(t, v), 300)
+}
+
+// A compactor racing a writer: conflicts drop a compaction, never a page;
+// the end state verifies and every reader sees every page once.
+func TestCompact_RacingAWriter(t *testing.T) {
+	st := deep(t, 50, 0)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		w, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+		for i := 51; i <= 250; {
+			time.Sleep(20 * time.Millisecond) // an archiver commits every few seconds; compaction must still race it
+			_, err := w.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil)
+			if err == nil {
+				i++
+			} else if !graft.IsConflict(err) {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		c, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+		for range 40 {
+			if _, err := c.Compact(ctx, graft.CompactOptions{MinEntries: 8}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	v, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+	if _, err := v.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := v.Stats(); s.Entries >= 230 {
+		t.Fatalf("%d entries after racing compactions: nothing compacted", s.Entries)
+	}
+	wantPages(t, pagesOf(t, v), 250)
+}
+
+// A compacting process killed at each step leaves a volume that opens,
+// verifies and reads every page once; the next compaction goes on.
+func TestCompact_CrashAtEachStep(t *testing.T) {
+	for _, step := range []string{"segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
+		t.Run(step, func(t *testing.T) {
+			data, remote := t.TempDir(), t.TempDir()
+			st, _ := fence.OpenLocal(remote)
+			v, _ := graft.Open(context.Background(), data, "vol", st)
+			for i := 1; i <= 40; i++ {
+				v.Commit(context.Background(), []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "GRAFT_CRASH_STEP="+step, "GRAFT_CRASH_DATA="+data, "GRAFT_CRASH_REMOTE="+remote, "GRAFT_CRASH_COMPACT=1")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("child not killed at %s: %v\n%s", step, err, out)
+			}
+			for _, dir := range []string{data, t.TempDir()} {
+				r, err := graft.Open(context.Background(), dir, "vol", st)
+				if err != nil {
+					t.Fatalf("open after a kill at %s: %v", step, err)
+				}
+				wantPages(t, pagesOf(t, r), 40)
+			}
+			if _, err := v.VerifyRemote(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r, _ := graft.Open(context.Background(), data, "vol", st)
+			if _, err := r.Compact(context.Background(), graft.CompactOptions{MinEntries: 8}); err != nil {
+				t.Fatalf("compact after a kill at %s: %v", step, err)
+			}
+			if s := r.Stats(); s.Entries > 5 {
+				t.Fatalf("after a kill at %s and a new compaction: %d entries", step, s.Entries)
+			}
+			wantPages(t, pagesOf(t, r), 40)
+			if _, err := r.VerifyRemote(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
