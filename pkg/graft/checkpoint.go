@@ -8,8 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,12 +26,15 @@ import (
 const (
 	// CheckpointEvery is the default checkpoint interval K in commits.
 	CheckpointEvery = 16
-	// leafSize is how many entries a leaf holds; full leaves are shared by
-	// every later checkpoint.
-	leafSize         = 512
 	checkpointFormat = 1
 	leafCacheSize    = 16
 )
+
+// leafSize is how many entries a leaf holds and branchSize how many leaf
+// refs a branch holds; full ones are shared by every later checkpoint, so a
+// checkpoint rewrites one leaf, one branch and the root. (Variables so a
+// test can build deep indexes from few commits.)
+var leafSize, branchSize = 128, 128
 
 // Entry is one live segment of a volume's state: the commit that wrote it,
 // slimmed to what reads and maintenance need. Commits carry the entries of
@@ -112,13 +118,15 @@ func checkTail(c *Commit) (baseHash string, err error) {
 	return prev, nil
 }
 
-// leafRef names one leaf of a checkpoint and summarises it, so a search
-// picks the leaf it needs without fetching the others.
-type leafRef struct {
+// nodeRef names one leaf (of entries) or one branch (of leaf refs) and
+// summarises it, so a search picks the node it needs without fetching the
+// others.
+type nodeRef struct {
 	Key      string            `json:"key"`
 	Size     int64             `json:"size"`
+	Children int               `json:"children"` // entries of a leaf, leaf refs of a branch
 	Entries  int               `json:"entries"`
-	Lo       uint64            `json:"lo"` // page span of the leaf's entries
+	Lo       uint64            `json:"lo"` // page span of the entries
 	Hi       uint64            `json:"hi"`
 	FirstLSN uint64            `json:"first_lsn"`
 	LastLSN  uint64            `json:"last_lsn"`
@@ -137,7 +145,7 @@ type checkpoint struct {
 	Monotonic  bool      `json:"monotonic"`
 	Entries    uint64    `json:"entries"`
 	Bytes      int64     `json:"bytes"` // sum of the entries' segment sizes
-	Leaves     []leafRef `json:"leaves"`
+	Branches   []nodeRef `json:"branches"`
 	Time       time.Time `json:"time"`
 
 	commit *Commit
@@ -154,11 +162,12 @@ func checkpointLSN(key string) (uint64, bool) {
 	return math.MaxUint64 - n, err == nil
 }
 
-// leafKey: the last LSN the leaf holds, then its hash, so gc can tell a
-// superseded leaf from one a checkpoint in flight is writing.
-func (v *Volume) leafKey(lastLSN uint64, obj []byte) string {
+// nodeKey: the last LSN the node holds, then its hash, so gc can tell a
+// superseded node from one a checkpoint in flight is writing. Leaves are
+// under index/, branches under branches/.
+func (v *Volume) nodeKey(dir string, lastLSN uint64, obj []byte) string {
 	sum := sha256.Sum256(obj)
-	return fmt.Sprintf("%s/index/%s-%s", v.name, lsnName(lastLSN), hex.EncodeToString(sum[:]))
+	return fmt.Sprintf("%s/%s/%s-%s", v.name, dir, lsnName(lastLSN), hex.EncodeToString(sum[:]))
 }
 
 // sealed encodes a JSON value as one line followed by "sha256 <hex>".
@@ -184,20 +193,19 @@ func unseal(name string, obj []byte, x any) error {
 	return nil
 }
 
-func encodeLeaf(entries []Entry) ([]byte, error) { return sealed(entries) }
-
-func (v *Volume) decodeLeaf(ref leafRef, obj []byte) ([]Entry, error) {
-	var entries []Entry
-	if v.leafKey(ref.LastLSN, obj) != ref.Key {
-		return nil, fmt.Errorf("checkpoint leaf %s: %w: content does not match its key", ref.Key, ErrCorrupt)
+// decodeNode checks a leaf or branch object against its ref (key, count)
+// and decodes its children into out.
+func (v *Volume) decodeNode(dir string, ref nodeRef, obj []byte, out any, count func() (children, entries int)) error {
+	if v.nodeKey(dir, ref.LastLSN, obj) != ref.Key {
+		return fmt.Errorf("checkpoint node %s: %w: content does not match its key", ref.Key, ErrCorrupt)
 	}
-	if err := unseal("checkpoint leaf "+ref.Key, obj, &entries); err != nil {
-		return nil, err
+	if err := unseal("checkpoint node "+ref.Key, obj, out); err != nil {
+		return err
 	}
-	if len(entries) != ref.Entries || len(entries) == 0 || entries[0].LSN != ref.FirstLSN && ref.FirstLSN != 0 {
-		return nil, fmt.Errorf("checkpoint leaf %s: %w: holds %d entries, its checkpoint says %d", ref.Key, ErrCorrupt, len(entries), ref.Entries)
+	if children, entries := count(); children != ref.Children || entries != ref.Entries || children == 0 {
+		return fmt.Errorf("checkpoint node %s: %w: holds %d children and %d entries, its parent says %d and %d", ref.Key, ErrCorrupt, children, entries, ref.Children, ref.Entries)
 	}
-	return entries, nil
+	return nil
 }
 
 func decodeCheckpoint(name string, obj []byte) (*checkpoint, error) {
@@ -218,47 +226,65 @@ func decodeCheckpoint(name string, obj []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w: its commit is not commit %d %.12s", name, ErrCorrupt, ck.LSN, ck.CommitHash)
 	}
 	var n uint64
-	for _, l := range ck.Leaves {
-		n += uint64(l.Entries)
+	for _, b := range ck.Branches {
+		n += uint64(b.Entries)
 	}
 	if n != ck.Entries {
-		return nil, fmt.Errorf("checkpoint %s: %w: leaves hold %d entries, it says %d", name, ErrCorrupt, n, ck.Entries)
+		return nil, fmt.Errorf("checkpoint %s: %w: branches hold %d entries, it says %d", name, ErrCorrupt, n, ck.Entries)
 	}
 	sum := sha256.Sum256(obj)
 	ck.commit, ck.hash = c, hex.EncodeToString(sum[:])
 	return ck, nil
 }
 
-// leaf returns the entries of one leaf: from memory, the local cache or
-// the remote, always checked against the leaf's key.
-func (v *Volume) leaf(ctx context.Context, ref leafRef) ([]Entry, error) {
+// leaf returns the entries of one leaf.
+func (v *Volume) leaf(ctx context.Context, ref nodeRef) ([]Entry, error) {
+	var entries []Entry
+	err := v.node(ctx, "index", ref, &entries, func() (int, int) { return len(entries), len(entries) })
+	return entries, err
+}
+
+// branch returns the leaf refs of one branch.
+func (v *Volume) branch(ctx context.Context, ref nodeRef) ([]nodeRef, error) {
+	var leaves []nodeRef
+	err := v.node(ctx, "branches", ref, &leaves, func() (int, int) {
+		n := 0
+		for _, l := range leaves {
+			n += l.Entries
+		}
+		return len(leaves), n
+	})
+	return leaves, err
+}
+
+// node reads a leaf or a branch: from memory, the local cache or the
+// remote, always checked against its key.
+func (v *Volume) node(ctx context.Context, dir string, ref nodeRef, out any, count func() (int, int)) error {
 	v.leafMu.Lock()
-	if e, ok := v.leaves[ref.Key]; ok {
-		v.leafMu.Unlock()
-		return e, nil
-	}
+	obj, ok := v.leaves[ref.Key]
 	v.leafMu.Unlock()
-	path := v.localLeaf(ref.Key)
-	obj, err := readFile(path)
-	if err != nil {
-		if obj, err = v.store.Get(ctx, ref.Key, fence.Range{}); err != nil {
-			return nil, fmt.Errorf("volume %s: checkpoint leaf: %w", v.name, err)
+	if !ok {
+		path := filepath.Join(v.dir, "index", filepath.Base(ref.Key))
+		var err error
+		if obj, err = readFile(path); err != nil {
+			if obj, err = v.store.Get(ctx, ref.Key, fence.Range{}); err != nil {
+				return fmt.Errorf("volume %s: checkpoint node: %w", v.name, err)
+			}
+			defer v.writeFile(path, obj) // a cache: a failed write costs a GET next time
 		}
 	}
-	entries, err := v.decodeLeaf(ref, obj)
-	if err != nil {
-		return nil, err
+	if err := v.decodeNode(dir, ref, obj, out, count); err != nil {
+		return err
 	}
-	if path != "" {
-		v.writeFile(path, obj) // a cache: a failed write costs a GET next time
+	if !ok {
+		v.leafMu.Lock()
+		if len(v.leaves) >= leafCacheSize {
+			clear(v.leaves)
+		}
+		v.leaves[ref.Key] = obj
+		v.leafMu.Unlock()
 	}
-	v.leafMu.Lock()
-	if len(v.leaves) >= leafCacheSize {
-		clear(v.leaves)
-	}
-	v.leaves[ref.Key] = entries
-	v.leafMu.Unlock()
-	return entries, nil
+	return nil
 }
 
 // checkpointDue reports whether the head commit leaves a tail of K or more.
@@ -284,17 +310,17 @@ func (v *Volume) Checkpoint(ctx context.Context, force bool) (uint64, error) {
 	return v.checkpoint(ctx)
 }
 
-// checkpoint writes the leaves, then the root, create-only: the base
-// checkpoint's leaves with the tail applied (buildLeaves).
+// checkpoint writes the leaves and branches, then the root, create-only:
+// the base checkpoint's index with the tail applied (buildIndex).
 func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	head := v.tail[len(v.tail)-1]
 	ck := &checkpoint{Version: checkpointFormat, Volume: v.name, LSN: head.LSN, CommitHash: head.Hash(), Time: time.Now().UTC()}
 	var err error
-	if ck.Leaves, ck.Monotonic, err = v.buildLeaves(ctx, v.base, v.tail); err != nil {
+	if ck.Branches, ck.Monotonic, err = v.buildIndex(ctx, v.base, v.tail); err != nil {
 		return 0, fmt.Errorf("checkpoint %d of volume %s: %w", ck.LSN, v.name, err)
 	}
-	for _, l := range ck.Leaves {
-		ck.Entries, ck.Bytes = ck.Entries+uint64(l.Entries), ck.Bytes+l.Bytes
+	for _, b := range ck.Branches {
+		ck.Entries, ck.Bytes = ck.Entries+uint64(b.Entries), ck.Bytes+b.Bytes
 	}
 	obj, err := v.commitObject(head)
 	if err != nil {
@@ -319,129 +345,177 @@ func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	return ck.LSN, v.adoptCheckpoint(key, root, head.LSN)
 }
 
-// chunk is a run of entries in index order: a leaf left as it is (ref), or
-// entries in hand that will be cut into new leaves.
-type chunk struct {
-	ref     *leafRef
-	entries []Entry
+// The index under construction: branches, each a ref left as it is or its
+// leaves in hand; leaves, each a ref left as it is or its entries in hand.
+type (
+	bchunk struct {
+		ref    *nodeRef
+		leaves []lchunk
+	}
+	lchunk struct {
+		ref     *nodeRef
+		entries []Entry
+	}
+)
+
+func spanOf(ref *nodeRef, lo, hi func() (uint64, bool)) (uint64, uint64) {
+	if ref != nil {
+		return ref.Lo, ref.Hi
+	}
+	l, ok := lo()
+	h, _ := hi()
+	if !ok {
+		return 1, 0 // empty: overlaps nothing
+	}
+	return l, h
 }
 
-func (c chunk) span() (lo, hi uint64) {
+func (c *lchunk) span() (uint64, uint64) {
+	return spanOf(c.ref, func() (uint64, bool) {
+		if len(c.entries) == 0 {
+			return 0, false
+		}
+		return c.entries[0].lo(), true
+	}, func() (uint64, bool) {
+		if len(c.entries) == 0 {
+			return 0, false
+		}
+		return c.entries[len(c.entries)-1].hi(), true
+	})
+}
+
+func (c *bchunk) span() (uint64, uint64) {
 	if c.ref != nil {
 		return c.ref.Lo, c.ref.Hi
 	}
-	if len(c.entries) == 0 {
+	lo, hi, any := uint64(0), uint64(0), false
+	for i := range c.leaves {
+		l, h := c.leaves[i].span()
+		if l > h {
+			continue
+		}
+		if !any {
+			lo = l
+		}
+		hi, any = h, true
+	}
+	if !any {
 		return 1, 0
 	}
-	return c.entries[0].lo(), c.entries[len(c.entries)-1].hi()
+	return lo, hi
 }
 
-// buildLeaves applies the commits after base to its leaves: a commit of
-// new pages is appended; a compaction commit takes the place of the
-// entries inside the span it replaces. Leaves nothing touched keep their
-// keys; the entries in hand are cut into leaves of leafSize and uploaded.
-// A volume stays monotonic while every appended commit's pages are above
-// all earlier ones.
-func (v *Volume) buildLeaves(ctx context.Context, base *checkpoint, tail []*Commit) ([]leafRef, bool, error) {
-	var chunks []chunk
-	mono, top, seen := true, uint64(0), false
-	if base != nil {
-		mono = base.Monotonic
-		for i := range base.Leaves {
-			chunks = append(chunks, chunk{ref: &base.Leaves[i]})
-			top, seen = max(top, base.Leaves[i].Hi), true
-		}
+// index is the builder: it opens (materialises) only the nodes a change
+// touches.
+type index struct {
+	v        *Volume
+	ctx      context.Context
+	branches []bchunk
+}
+
+func (x *index) openBranch(i int) error {
+	b := &x.branches[i]
+	if b.ref == nil {
+		return nil
 	}
-	open := func(i int) error { // materialise chunk i
-		if chunks[i].ref == nil {
-			return nil
-		}
-		entries, err := v.leaf(ctx, *chunks[i].ref)
+	refs, err := x.v.branch(x.ctx, *b.ref)
+	if err != nil {
+		return err
+	}
+	b.ref, b.leaves = nil, make([]lchunk, len(refs))
+	for j := range refs {
+		b.leaves[j] = lchunk{ref: &refs[j]}
+	}
+	return nil
+}
+
+func (x *index) openLeaf(i, j int) error {
+	l := &x.branches[i].leaves[j]
+	if l.ref == nil {
+		return nil
+	}
+	entries, err := x.v.leaf(x.ctx, *l.ref)
+	if err != nil {
+		return err
+	}
+	l.ref, l.entries = nil, slices.Clone(entries)
+	return nil
+}
+
+// appendEntry adds e after every entry: into the last leaf when it is not
+// full, else a new one.
+func (x *index) appendEntry(e Entry) error {
+	n := len(x.branches)
+	if n > 0 && x.branches[n-1].ref != nil && x.branches[n-1].ref.Children >= branchSize {
+		// A full branch takes no more leaves; its last leaf may have room.
+		refs, err := x.v.branch(x.ctx, *x.branches[n-1].ref)
 		if err != nil {
 			return err
 		}
-		chunks[i] = chunk{entries: slices.Clone(entries)}
-		return nil
-	}
-	if n := len(chunks); n > 0 && chunks[n-1].ref.Entries < leafSize {
-		if err := open(n - 1); err != nil {
-			return nil, false, err
+		if refs[len(refs)-1].Children >= leafSize {
+			x.branches = append(x.branches, bchunk{})
+			n++
 		}
 	}
-	for _, c := range tail {
-		e := entryOf(c, v.KeepMeta)
-		if e.Replaces == nil {
-			if seen && e.lo() <= top {
-				mono = false
-			}
-			top, seen = max(top, e.hi()), true
-			if n := len(chunks); n > 0 && chunks[n-1].ref == nil {
-				chunks[n-1].entries = append(chunks[n-1].entries, e)
-			} else {
-				chunks = append(chunks, chunk{entries: []Entry{e}})
-			}
-			continue
-		}
-		if !mono {
-			return nil, false, fmt.Errorf("%w: compaction commit %d in a volume whose pages are not in commit order", ErrCorrupt, e.LSN)
-		}
-		if err := v.replace(chunks, open, e); err != nil {
-			return nil, false, err
+	if n == 0 {
+		x.branches = append(x.branches, bchunk{})
+		n++
+	}
+	if err := x.openBranch(n - 1); err != nil {
+		return err
+	}
+	b := &x.branches[n-1]
+	m := len(b.leaves)
+	if m > 0 && b.leaves[m-1].ref != nil && b.leaves[m-1].ref.Children < leafSize {
+		if err := x.openLeaf(n-1, m-1); err != nil {
+			return err
 		}
 	}
-	var leaves []leafRef
-	var pending []Entry
-	flush := func() error {
-		for len(pending) > 0 {
-			n := min(len(pending), leafSize)
-			ref, err := v.putLeaf(ctx, pending[:n])
-			if err != nil {
-				return err
-			}
-			leaves, pending = append(leaves, ref), pending[n:]
-		}
-		return nil
+	if m == 0 || b.leaves[m-1].ref != nil {
+		b.leaves = append(b.leaves, lchunk{})
+		m++
 	}
-	for _, c := range chunks {
-		if c.ref != nil {
-			if err := flush(); err != nil {
-				return nil, false, err
-			}
-			leaves = append(leaves, *c.ref)
-			continue
-		}
-		pending = append(pending, c.entries...)
-	}
-	return leaves, mono, flush()
+	b.leaves[m-1].entries = append(b.leaves[m-1].entries, e)
+	return nil
 }
 
 // replace puts compaction entry e in place of the entries inside its span.
 // An entry that straddles the span's edge means the compaction was built on
 // another state: corrupt.
-func (v *Volume) replace(chunks []chunk, open func(int) error, e Entry) error {
+func (x *index) replace(e Entry) error {
 	r := *e.Replaces
+	overlaps := func(lo, hi uint64) bool { return lo <= hi && hi >= r.Lo && lo <= r.Hi }
 	placed := false
-	for i := range chunks {
-		if lo, hi := chunks[i].span(); hi < r.Lo || lo > r.Hi {
+	for i := range x.branches {
+		if !overlaps(x.branches[i].span()) {
 			continue
 		}
-		if err := open(i); err != nil {
+		if err := x.openBranch(i); err != nil {
 			return err
 		}
-		kept := chunks[i].entries[:0:0]
-		for _, x := range chunks[i].entries {
-			switch {
-			case x.hi() < r.Lo || x.lo() > r.Hi:
-				kept = append(kept, x)
-			case x.lo() >= r.Lo && x.hi() <= r.Hi:
-				if !placed {
-					kept, placed = append(kept, e), true
-				}
-			default:
-				return fmt.Errorf("%w: compaction commit %d replaces pages %d-%d, entry %d straddles them (%d-%d)", ErrCorrupt, e.LSN, r.Lo, r.Hi, x.LSN, x.lo(), x.hi())
+		for j := range x.branches[i].leaves {
+			if !overlaps(x.branches[i].leaves[j].span()) {
+				continue
 			}
+			if err := x.openLeaf(i, j); err != nil {
+				return err
+			}
+			l := &x.branches[i].leaves[j]
+			kept := l.entries[:0:0]
+			for _, y := range l.entries {
+				switch {
+				case y.hi() < r.Lo || y.lo() > r.Hi:
+					kept = append(kept, y)
+				case y.lo() >= r.Lo && y.hi() <= r.Hi:
+					if !placed {
+						kept, placed = append(kept, e), true
+					}
+				default:
+					return fmt.Errorf("%w: compaction commit %d replaces pages %d-%d, entry %d straddles them (%d-%d)", ErrCorrupt, e.LSN, r.Lo, r.Hi, y.LSN, y.lo(), y.hi())
+				}
+			}
+			l.entries = kept
 		}
-		chunks[i].entries = kept
 	}
 	if !placed {
 		return fmt.Errorf("%w: compaction commit %d replaces pages %d-%d, which no entry holds", ErrCorrupt, e.LSN, r.Lo, r.Hi)
@@ -449,21 +523,132 @@ func (v *Volume) replace(chunks []chunk, open func(int) error, e Entry) error {
 	return nil
 }
 
-func (v *Volume) putLeaf(ctx context.Context, entries []Entry) (leafRef, error) {
-	obj, err := encodeLeaf(entries)
-	if err != nil {
-		return leafRef{}, err
+// buildIndex applies the commits after base to its index: a commit of new
+// pages is appended; a compaction commit takes the place of the entries
+// inside the span it replaces. Nodes nothing touched keep their keys; the
+// entries and leaf refs in hand are packed into full nodes and uploaded.
+// A volume stays monotonic while every appended commit's pages are above
+// all earlier ones.
+func (v *Volume) buildIndex(ctx context.Context, base *checkpoint, tail []*Commit) ([]nodeRef, bool, error) {
+	x := &index{v: v, ctx: ctx}
+	mono, top, seen := true, uint64(0), false
+	if base != nil {
+		mono = base.Monotonic
+		for i := range base.Branches {
+			x.branches = append(x.branches, bchunk{ref: &base.Branches[i]})
+			top, seen = max(top, base.Branches[i].Hi), true
+		}
 	}
-	last := entries[len(entries)-1]
-	ref := leafRef{Key: v.leafKey(last.LSN, obj), Size: int64(len(obj)), Entries: len(entries),
-		Lo: entries[0].lo(), Hi: last.hi(), FirstLSN: entries[0].LSN, LastLSN: last.LSN, Last: last.Meta}
+	for _, c := range tail {
+		e := entryOf(c, v.KeepMeta)
+		var err error
+		if e.Replaces == nil {
+			if seen && e.lo() <= top {
+				mono = false
+			}
+			top, seen = max(top, e.hi()), true
+			err = x.appendEntry(e)
+		} else if !mono {
+			err = fmt.Errorf("%w: compaction commit %d in a volume whose pages are not in commit order", ErrCorrupt, e.LSN)
+		} else {
+			err = x.replace(e)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	refs, err := x.pack()
+	return refs, mono, err
+}
+
+// pack uploads the nodes in hand: entries into leaves of leafSize, leaf
+// refs into branches of branchSize, consecutive ones in hand packed
+// together so the full nodes before the change keep their keys.
+func (x *index) pack() ([]nodeRef, error) {
+	var out, leafRefs []nodeRef
+	var entries []Entry
+	flushEntries := func() error {
+		for len(entries) > 0 {
+			n := min(len(entries), leafSize)
+			ref, err := x.v.putLeaf(x.ctx, entries[:n])
+			if err != nil {
+				return err
+			}
+			leafRefs, entries = append(leafRefs, ref), entries[n:]
+		}
+		return nil
+	}
+	flushLeaves := func() error {
+		if err := flushEntries(); err != nil {
+			return err
+		}
+		for len(leafRefs) > 0 {
+			n := min(len(leafRefs), branchSize)
+			ref, err := x.v.putBranch(x.ctx, leafRefs[:n])
+			if err != nil {
+				return err
+			}
+			out, leafRefs = append(out, ref), leafRefs[n:]
+		}
+		return nil
+	}
+	for _, b := range x.branches {
+		if b.ref != nil {
+			if err := flushLeaves(); err != nil {
+				return nil, err
+			}
+			out = append(out, *b.ref)
+			continue
+		}
+		for _, l := range b.leaves {
+			if l.ref != nil {
+				if err := flushEntries(); err != nil {
+					return nil, err
+				}
+				leafRefs = append(leafRefs, *l.ref)
+				continue
+			}
+			entries = append(entries, l.entries...)
+		}
+	}
+	return out, flushLeaves()
+}
+
+// summary returns the ref of a node of n children holding entries
+// first..last, before its key and size are known.
+func summary(children int, first, last Entry) nodeRef {
+	return nodeRef{Children: children, Lo: first.lo(), Hi: last.hi(), FirstLSN: first.LSN, LastLSN: last.LSN, Last: last.Meta}
+}
+
+func (v *Volume) putLeaf(ctx context.Context, entries []Entry) (nodeRef, error) {
+	ref := summary(len(entries), entries[0], entries[len(entries)-1])
+	ref.Entries = len(entries)
 	for _, e := range entries {
 		ref.Lo, ref.Hi, ref.Bytes = min(ref.Lo, e.lo()), max(ref.Hi, e.hi()), ref.Bytes+e.Segment.Size
 	}
-	if err := v.store.Create(ctx, ref.Key, obj); err != nil && !errors.Is(err, fence.ErrExists) {
-		return leafRef{}, fmt.Errorf("checkpoint leaf of volume %s: %w", v.name, err)
+	return ref, v.putNode(ctx, "index", &ref, entries)
+}
+
+func (v *Volume) putBranch(ctx context.Context, leaves []nodeRef) (nodeRef, error) {
+	first, last := leaves[0], leaves[len(leaves)-1]
+	ref := nodeRef{Children: len(leaves), Lo: first.Lo, Hi: last.Hi, FirstLSN: first.FirstLSN, LastLSN: last.LastLSN, Last: last.Last}
+	for _, l := range leaves {
+		ref.Entries, ref.Bytes = ref.Entries+l.Entries, ref.Bytes+l.Bytes
+		ref.Lo, ref.Hi = min(ref.Lo, l.Lo), max(ref.Hi, l.Hi)
 	}
-	return ref, nil
+	return ref, v.putNode(ctx, "branches", &ref, leaves)
+}
+
+func (v *Volume) putNode(ctx context.Context, dir string, ref *nodeRef, children any) error {
+	obj, err := sealed(children)
+	if err != nil {
+		return err
+	}
+	ref.Key, ref.Size = v.nodeKey(dir, ref.LastLSN, obj), int64(len(obj))
+	if err := v.store.Create(ctx, ref.Key, obj); err != nil && !errors.Is(err, fence.ErrExists) {
+		return fmt.Errorf("checkpoint node of volume %s: %w", v.name, err)
+	}
+	return nil
 }
 
 // adoptCheckpoint makes a checkpoint root the volume's base. It must be at
@@ -494,4 +679,34 @@ func (v *Volume) commitObject(c *Commit) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("volume %s: commit %d: its object is not at hand", v.name, c.LSN)
+}
+
+// leafRefs yields the checkpoint's leaf refs in order from the first for
+// which skip is false; skip must hold for a prefix of them only (nil: from
+// the first). A binary search over the root's branches, then one branch,
+// finds it.
+func (v *Volume) leafRefs(ctx context.Context, ck *checkpoint, skip func(nodeRef) bool) iter.Seq2[nodeRef, error] {
+	if skip == nil {
+		skip = func(nodeRef) bool { return false }
+	}
+	return func(yield func(nodeRef, error) bool) {
+		bs := ck.Branches
+		i := sort.Search(len(bs), func(i int) bool { return !skip(bs[i]) })
+		for first := true; i < len(bs); i, first = i+1, false {
+			refs, err := v.branch(ctx, bs[i])
+			if err != nil {
+				yield(nodeRef{}, err)
+				return
+			}
+			j := 0
+			if first {
+				j = sort.Search(len(refs), func(j int) bool { return !skip(refs[j]) })
+			}
+			for _, r := range refs[j:] {
+				if !yield(r, nil) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -107,7 +107,10 @@ func (v *Volume) compacted(res CompactResult) CompactResult {
 func (v *Volume) smallRun(ctx context.Context, opt CompactOptions) ([]Entry, error) {
 	var run []Entry
 	var bytes int64
-	for _, ref := range v.base.Leaves {
+	for ref, err := range v.leafRefs(ctx, v.base, nil) {
+		if err != nil {
+			return nil, err
+		}
 		if ref.Bytes >= opt.Target*int64(ref.Entries) {
 			run, bytes = nil, 0 // a leaf of merged entries only
 			continue

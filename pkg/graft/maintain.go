@@ -190,14 +190,13 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 		return nil
 	}
 	at := 0
-	for i, l := range ck.Leaves {
-		obj, err := cv.v.store.Get(ctx, l.Key, fence.Range{})
+	for l, err := range cv.v.leafRefs(ctx, ck, nil) {
 		if err != nil {
-			return fmt.Errorf("checkpoint %s: leaf %d: %w", key, i, err)
+			return fmt.Errorf("checkpoint %s: %w", key, err)
 		}
-		entries, err := cv.v.decodeLeaf(l, obj)
+		entries, err := cv.v.leaf(ctx, l)
 		if err != nil {
-			return err
+			return fmt.Errorf("checkpoint %s: %w", key, err)
 		}
 		for _, e := range entries {
 			if at >= len(cv.entries) || derive(e) != cv.entries[at] {
@@ -464,7 +463,8 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 // (newest first), the leaves they name, and the roots to delete.
 type kept struct {
 	roots, stale []string
-	leaves       map[string]leafRef
+	nodes        map[string]bool // leaves and branches the kept roots name
+	leaves       []nodeRef
 	newest       uint64
 }
 
@@ -472,7 +472,7 @@ type kept struct {
 // one older than grace (every root older than that was superseded over
 // grace ago).
 func (v *Volume) keptRoots(ctx context.Context, grace time.Duration) (kept, error) {
-	k := kept{leaves: map[string]leafRef{}}
+	k := kept{nodes: map[string]bool{}}
 	roots, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0) // newest first
 	if err != nil {
 		return k, fmt.Errorf("gc volume %s: %w", v.name, err)
@@ -486,8 +486,21 @@ func (v *Volume) keptRoots(ctx context.Context, grace time.Duration) (kept, erro
 		if err != nil {
 			return k, fmt.Errorf("gc volume %s: %w (gc deletes nothing while a checkpoint is unreadable)", v.name, err)
 		}
-		for _, l := range ck.Leaves {
-			k.leaves[l.Key] = l
+		for _, b := range ck.Branches {
+			if k.nodes[b.Key] {
+				continue // shared with a newer root: its leaves are listed
+			}
+			k.nodes[b.Key] = true
+			refs, err := v.branch(ctx, b)
+			if err != nil {
+				return k, fmt.Errorf("gc volume %s: %w (gc deletes nothing while a checkpoint is unreadable)", v.name, err)
+			}
+			for _, l := range refs {
+				if !k.nodes[l.Key] {
+					k.nodes[l.Key] = true
+					k.leaves = append(k.leaves, l)
+				}
+			}
 		}
 		k.roots, k.newest = append(k.roots, key), max(k.newest, ck.LSN)
 		if time.Since(ck.Time) >= grace {
@@ -498,9 +511,9 @@ func (v *Volume) keptRoots(ctx context.Context, grace time.Duration) (kept, erro
 	return k, nil
 }
 
-// gcCheckpoints deletes the stale roots, then the leaves no kept root
-// names and no checkpoint in flight can (their last LSN is at or below the
-// newest kept root's).
+// gcCheckpoints deletes the stale roots, then the leaves and branches no
+// kept root names and no checkpoint in flight can (their last LSN is at or
+// below the newest kept root's).
 func (v *Volume) gcCheckpoints(ctx context.Context, k kept) (int, error) {
 	deleted := 0
 	for _, key := range k.stale {
@@ -512,14 +525,17 @@ func (v *Volume) gcCheckpoints(ctx context.Context, k kept) (int, error) {
 	if len(k.roots) == 0 {
 		return deleted, nil
 	}
-	leaves, err := v.store.List(ctx, v.name+"/index/", "", 0)
-	if err != nil {
-		return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
+	var nodes []string
+	for _, dir := range []string{"/index/", "/branches/"} {
+		keys, err := v.store.List(ctx, v.name+dir, "", 0)
+		if err != nil {
+			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
+		}
+		nodes = append(nodes, keys...)
 	}
-	for _, key := range leaves {
-		_, isKept := k.leaves[key]
+	for _, key := range nodes {
 		last, err := strconv.ParseUint(strings.SplitN(filepath.Base(key), "-", 2)[0], 10, 64)
-		if isKept || err != nil || last > k.newest {
+		if k.nodes[key] || err != nil || last > k.newest {
 			continue
 		}
 		if err := v.store.Delete(ctx, key); err != nil {

@@ -11,6 +11,7 @@ import (
 	"iter"
 	"os"
 	"slices"
+	"sort"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -82,36 +83,34 @@ func (v *Volume) find(ctx context.Context, lsn, no uint64) (*Commit, error) {
 	if st.base == nil {
 		return nil, nil
 	}
-	leaves := st.base.Leaves
-	if st.base.Monotonic {
-		i, found := slices.BinarySearchFunc(leaves, no, func(l leafRef, no uint64) int {
-			switch {
-			case l.Hi < no:
-				return -1
-			case l.Lo > no:
-				return 1
-			}
-			return 0
-		})
-		if !found {
-			return nil, nil
-		}
-		leaves = leaves[i : i+1]
+	var found *Commit
+	var skip func(nodeRef) bool
+	if st.base.Monotonic { // pages in order: the one leaf whose span holds no
+		skip = func(r nodeRef) bool { return r.Hi < no }
 	}
-	for i := len(leaves) - 1; i >= 0; i-- {
-		entries, err := v.leaf(ctx, leaves[i])
+	for ref, err := range v.leafRefs(ctx, st.base, skip) {
 		if err != nil {
 			return nil, err
 		}
-		for j := len(entries) - 1; j >= 0; j-- {
-			if e := entries[j]; e.LSN <= lsn {
+		if ref.Lo > no && st.base.Monotonic {
+			break
+		}
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries { // in LSN order unless compacted (then pages are written once)
+			if e.LSN <= lsn {
 				if c := e.commit(v.name); c.Contains(no) {
-					return c, nil
+					found = c
 				}
 			}
 		}
+		if st.base.Monotonic && found != nil {
+			break
+		}
 	}
-	return nil, nil
+	return found, nil
 }
 
 // Entries yields the volume's live entries in order (page order for a
@@ -126,27 +125,20 @@ func (v *Volume) Entries(ctx context.Context, before func(meta map[string]string
 	return func(yield func(*Commit, error) bool) {
 		st := v.state()
 		if st.base != nil {
-			leaves := st.base.Leaves
-			i, _ := slices.BinarySearchFunc(leaves, true, func(l leafRef, _ bool) int {
-				if before(l.Last) {
-					return -1
+			first := true
+			for ref, err := range v.leafRefs(ctx, st.base, func(r nodeRef) bool { return before(r.Last) }) {
+				if err != nil {
+					yield(nil, err)
+					return
 				}
-				return 1
-			})
-			for first := true; i < len(leaves); i, first = i+1, false {
-				entries, err := v.leaf(ctx, leaves[i])
+				entries, err := v.leaf(ctx, ref)
 				if err != nil {
 					yield(nil, err)
 					return
 				}
 				j := 0
 				if first {
-					j, _ = slices.BinarySearchFunc(entries, true, func(e Entry, _ bool) int {
-						if before(e.Meta) {
-							return -1
-						}
-						return 1
-					})
+					j, first = sort.Search(len(entries), func(j int) bool { return !before(entries[j].Meta) }), false
 				}
 				for _, e := range entries[j:] {
 					if !yield(e.commit(v.name), nil) {

@@ -47,9 +47,9 @@ type Volume struct {
 	tail    []*Commit   // the commits after base, in LSN order; all but the latest slimmed
 	cacheMu sync.Mutex  // guards cache, so segments are read while mu is held
 	cache   map[string]*Segment
-	leafMu  sync.Mutex // guards leaves, so a leaf is read while mu is held
-	leaves  map[string][]Entry
-	badBase uint64 // a checkpoint rebase found unusable
+	leafMu  sync.Mutex        // guards leaves, so a leaf is read while mu is held
+	leaves  map[string][]byte // leaf and branch objects by key
+	badBase uint64            // a checkpoint rebase found unusable
 }
 
 // Options tune a volume; the zero value is fine.
@@ -86,7 +86,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 		store:           store,
 		writer:          randomID(),
 		cache:           map[string]*Segment{},
-		leaves:          map[string][]Entry{},
+		leaves:          map[string][]byte{},
 	}
 	for _, d := range []string{"segments", "commits", "index", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
@@ -132,10 +132,6 @@ func (v *Volume) localSegment(key string) string {
 }
 
 func (v *Volume) localCheckpoint() string { return filepath.Join(v.dir, "checkpoint") }
-
-func (v *Volume) localLeaf(key string) string {
-	return filepath.Join(v.dir, "index", filepath.Base(key))
-}
 
 func (v *Volume) warnf(format string, args ...any) {
 	if v.Warn != nil {
