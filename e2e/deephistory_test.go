@@ -1,11 +1,19 @@
 package e2e
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/internal/testserver"
 )
@@ -65,4 +73,98 @@ func TestDeepHistory_LifecycleDeleteStopsNothing(t *testing.T) {
 	if err == nil || !strings.Contains(errOut, "emq.cm.events/commits/00000000000000000001..00000000000000000005 (5 objects)") {
 		t.Fatalf("verify with commits deleted: %v\n%s", err, errOut)
 	}
+}
+
+// TestDeepHistory_CompactionUnderColdReadersGCAndKills: an archive of 150
+// small commits is compacted (once killed at each step of a compaction,
+// then to the end) while cold readers read the whole history over and over
+// and gc runs with a short grace beside them; then the archiver goes on
+// (its runs compact too). Every read holds every entry once, in order;
+// verify passes; gc removes the replaced segments.
+func TestDeepHistory_CompactionUnderColdReadersGCAndKills(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	remote := "file://" + filepath.Join(dir, "remote")
+	env := archiverEnv(srv, filepath.Join(dir, "data"), remote)
+	ids := feed(t, env, 3000)
+	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "10", "--slice-entries", "20", "--exact", "--no-compact")
+	var reads atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt) // before the temp dirs go, even when the test fails
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				out, errOut, err := runArchiver(archiverEnv(srv, filepath.Join(dir, fmt.Sprintf("reader-%d-%d", r, i)), remote), "read", "--format", "text")
+				if err != nil {
+					t.Errorf("cold read during compaction: %v\n%s", err, errOut)
+					return
+				}
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				if len(lines) < len(ids) {
+					t.Errorf("cold read during compaction: %d entries, want at least %d", len(lines), len(ids))
+					return
+				}
+				for j, id := range ids {
+					if f := strings.Fields(lines[j]); f[0] != id {
+						t.Errorf("cold read during compaction: entry %d is %s, want %s (a gap or a duplicate)", j, f[0], id)
+						return
+					}
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	gc := loop(t, env, "archiver", "gc", "--grace", "3s", "--force")
+	compact := []string{"compact", "--target", "40000", "--min-entries", "8"}
+	for _, step := range []string{"segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
+		_, errOut, err := runArchiver(append(env, "SILT_FAILPOINT="+step+":1"), compact...)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("compact with a kill at %s: %v\n%s", step, err, errOut)
+		}
+	}
+	out := silt(t, "", env, "archiver", compact...)
+	var res struct{ Entries int64 }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Entries == 0 || res.Entries > 20 {
+		t.Fatalf("compact: %s (%v); want at most 20 segments left of 150", out, err)
+	}
+	more := feed(t, env, 500)
+	silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "10", "--slice-entries", "20", "--exact",
+		"--compact-target", "40000")
+	time.Sleep(4 * time.Second) // past gc's grace: the replaced segments go
+	halt()
+	gc.finish()
+	if reads.Load() == 0 {
+		t.Fatal("no cold read finished during compaction: the test raced nothing")
+	}
+	silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force")
+	all := append(slices.Clone(ids), more...)
+	cold := archiverEnv(srv, filepath.Join(dir, "final"), remote)
+	lines := strings.Split(strings.TrimSpace(silt(t, "", cold, "archiver", "read", "--format", "text")), "\n")
+	if len(lines) != len(all) {
+		t.Fatalf("final cold read: %d entries, want %d", len(lines), len(all))
+	}
+	for j, id := range all {
+		if f := strings.Fields(lines[j]); f[0] != id {
+			t.Fatalf("final cold read: entry %d is %s, want %s", j, f[0], id)
+		}
+	}
+	var ver struct {
+		Remote struct{ Commits, Entries, Collected int }
+	}
+	json.Unmarshal([]byte(silt(t, "", cold, "archiver", "verify")), &ver)
+	if ver.Remote.Collected == 0 || ver.Remote.Entries >= ver.Remote.Commits/4 {
+		t.Fatalf("verify after compaction and gc: %+v; want replaced segments collected and few entries", ver.Remote)
+	}
+	t.Logf("%d cold reads during compaction; verify %+v", reads.Load(), ver.Remote)
 }

@@ -95,6 +95,31 @@ func pullCommand() *cli.Command {
 	}
 }
 
+func compactCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "compact",
+		Usage: "merge runs of small segments into large ones (archiver run does a bounded amount of this after its slices)",
+		Flags: withArchive(
+			&cli.Int64Flag{Name: "target", Value: 64 << 20, Usage: "bytes of a merged segment"},
+			&cli.IntFlag{Name: "min-entries", Value: 1024, Usage: "merge a run of this many small segments even below --target"},
+			&cli.Int64Flag{Name: "max-bytes", Value: 1 << 40, Usage: "bytes merged at most by this command"},
+		),
+		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
+			if c.Int64("target") < 1 || c.Int("min-entries") < 2 || c.Int64("max-bytes") < 1 {
+				return clix.Usagef("--target", "--target and --max-bytes must be at least 1 byte, --min-entries at least 2")
+			}
+			a.Failpoint = failpointFromEnv()
+			res, err := a.Compact(c.Context, graft.CompactOptions{Target: c.Int64("target"), MinEntries: c.Int("min-entries"), MaxBytes: c.Int64("max-bytes")})
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(res)
+			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+			return err
+		}),
+	}
+}
+
 func gcCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "gc",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/graft"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -56,6 +57,9 @@ func runCommand() *cli.Command {
 		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
 		&cli.IntFlag{Name: "max-entry-bytes", EnvVars: []string{"EMQ_MAX_ENTRY_BYTES_ARCHIVE"}, Value: 16 << 20,
 			Usage: "largest entry archived; a larger one stops the run, named, before its slice is committed (0: no limit)"},
+		&cli.Int64Flag{Name: "compact-target", Value: 64 << 20, Usage: "after its slices a run merges small segments into segments of this many bytes"},
+		&cli.Int64Flag{Name: "compact-max", Value: 256 << 20, Usage: "bytes a run merges at most (compaction's work per run)"},
+		&cli.BoolFlag{Name: "no-compact", Usage: "merge no segments in this run (archiver compact does it on demand)"},
 		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
 		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
 	)
@@ -109,6 +113,9 @@ func runAction(c *cli.Context) error {
 	}
 	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
 		return clix.Usagef("--concurrency", "--concurrency, --slice-entries and --slice-bytes must be at least 1")
+	}
+	if c.Int64("compact-target") < 1 || c.Int64("compact-max") < 1 {
+		return clix.Usagef("--compact-target", "--compact-target and --compact-max must be at least 1 byte")
 	}
 	e, err := openEnv(c, false, true)
 	if err != nil {
@@ -193,6 +200,8 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	}
 	a.SliceEntries, a.SliceBytes, a.Exact = c.Int64("slice-entries"), c.Int64("slice-bytes"), c.Bool("exact")
 	a.MaxEntryBytes = c.Int("max-entry-bytes")
+	a.Compaction = graft.CompactOptions{Target: c.Int64("compact-target"), MaxBytes: c.Int64("compact-max")}
+	a.NoCompact = c.Bool("no-compact")
 	a.Failpoint = failpointFromEnv()
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
 	r.Result, err = a.Run(c.Context, p, func(res archive.Result) {

@@ -14,6 +14,11 @@ import (
 
 // Archive is one stream's archive: the live log and its graft volume.
 type Archive struct {
+	// Compact bounds the compaction each Run does after its slices (zero:
+	// graft's defaults, 64 MiB segments and at most 256 MiB merged a run);
+	// NoCompact turns it off.
+	Compaction graft.CompactOptions
+	NoCompact  bool
 	// SliceEntries and SliceBytes bound one fold (one commit).
 	SliceEntries int64
 	SliceBytes   int64

@@ -23,16 +23,18 @@ var ErrNoPolicy = errors.New("no retention policy: set keep-last or keep-for")
 
 // Result is what one Run did.
 type Result struct {
-	Archived   int64         `json:"archived"`  // records committed by this run
-	Commits    int64         `json:"commits"`   // commits this run created
-	Bytes      int64         `json:"bytes"`     // record bytes committed by this run
-	Malformed  int64         `json:"malformed"` // of Archived, entries with a bad id, archived as they are
-	Trimmed    int64         `json:"trimmed"`   // entries XTRIM removed
-	LostRaces  int64         `json:"lost_races"`
-	W          string        `json:"w"` // the watermark after the run
-	LSN        uint64        `json:"lsn"`
-	Elapsed    time.Duration `json:"-"`
-	ElapsedSec float64       `json:"elapsed_seconds"`
+	Archived  int64  `json:"archived"`  // records committed by this run
+	Commits   int64  `json:"commits"`   // commits this run created
+	Bytes     int64  `json:"bytes"`     // record bytes committed by this run
+	Malformed int64  `json:"malformed"` // of Archived, entries with a bad id, archived as they are
+	Trimmed   int64  `json:"trimmed"`   // entries XTRIM removed
+	LostRaces int64  `json:"lost_races"`
+	W         string `json:"w"` // the watermark after the run
+	LSN       uint64 `json:"lsn"`
+	// Compacted is what the run's compaction did (nil: none was due).
+	Compacted  *graft.CompactResult `json:"compacted,omitempty"`
+	Elapsed    time.Duration        `json:"-"`
+	ElapsedSec float64              `json:"elapsed_seconds"`
 }
 
 // Progress, when set, is called after each commit with the run's result so far.
@@ -72,10 +74,17 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if err != nil && info.LastGeneratedID != "" {
 		return res, fmt.Errorf("archive %s: last-generated-id: %w", a.log.Key(), err)
 	}
+	// A volume written before checkpoints gets its first one here.
+	if _, err := a.vol.Checkpoint(ctx, false); err != nil {
+		return res, fmt.Errorf("archive %s: %w", a.log.Key(), err)
+	}
 	for ctx.Err() == nil {
 		f, err := a.fold(ctx, p, st, top)
-		if err != nil || len(f.pages) == 0 {
+		if err != nil {
 			return res, err
+		}
+		if len(f.pages) == 0 {
+			return res, a.compact(ctx, &res)
 		}
 		next, err := a.commit(ctx, st, f, &res)
 		if err != nil {
@@ -90,6 +99,28 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		}
 	}
 	return res, ctx.Err()
+}
+
+// compact merges small segments after a run's slices, a bounded amount
+// per run (Archive.Compaction).
+func (a *Archive) compact(ctx context.Context, res *Result) error {
+	if a.NoCompact {
+		return nil
+	}
+	c, err := a.vol.Compact(ctx, a.Compaction)
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", a.log.Key(), err)
+	}
+	if c.Segments > 0 {
+		res.Compacted, res.LSN = &c, a.vol.Head()
+	}
+	return nil
+}
+
+// Compact merges small segments of the archive (see graft.Volume.Compact):
+// `archiver compact`.
+func (a *Archive) Compact(ctx context.Context, opt graft.CompactOptions) (graft.CompactResult, error) {
+	return a.vol.Compact(ctx, opt)
 }
 
 // readChunk is how many entries one XRANGE of a fold asks for. A slice is

@@ -25,7 +25,7 @@ import (
 // open reads one checkpoint and the newest commit instead of the history.
 const (
 	// CheckpointEvery is the default checkpoint interval K in commits.
-	CheckpointEvery = 16
+	CheckpointEvery  = 16
 	checkpointFormat = 1
 	leafCacheSize    = 16
 )
@@ -162,12 +162,26 @@ func checkpointLSN(key string) (uint64, bool) {
 	return math.MaxUint64 - n, err == nil
 }
 
-// nodeKey: the last LSN the node holds, then its hash, so gc can tell a
-// superseded node from one a checkpoint in flight is writing. Leaves are
-// under index/, branches under branches/.
-func (v *Volume) nodeKey(dir string, lastLSN uint64, obj []byte) string {
+// nodeKey names a node: the LSN of the checkpoint writing it and the time
+// (gc keeps a node younger than its grace: a checkpoint in flight may be
+// about to name it), then its SHA-256. Leaves are under index/, branches
+// under branches/.
+func (v *Volume) nodeKey(dir string, lsn uint64, obj []byte) string {
 	sum := sha256.Sum256(obj)
-	return fmt.Sprintf("%s/%s/%s-%s", v.name, dir, lsnName(lastLSN), hex.EncodeToString(sum[:]))
+	return fmt.Sprintf("%s/%s/%s-%013d-%s", v.name, dir, lsnName(lsn), time.Now().UnixMilli(), hex.EncodeToString(sum[:]))
+}
+
+// nodeTime reads the creation time from a node key (zero if unreadable).
+func nodeTime(key string) time.Time {
+	parts := strings.Split(key[strings.LastIndexByte(key, '/')+1:], "-")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // sealed encodes a JSON value as one line followed by "sha256 <hex>".
@@ -196,7 +210,8 @@ func unseal(name string, obj []byte, x any) error {
 // decodeNode checks a leaf or branch object against its ref (key, count)
 // and decodes its children into out.
 func (v *Volume) decodeNode(dir string, ref nodeRef, obj []byte, out any, count func() (children, entries int)) error {
-	if v.nodeKey(dir, ref.LastLSN, obj) != ref.Key {
+	sum := sha256.Sum256(obj)
+	if !strings.HasPrefix(ref.Key, v.name+"/"+dir+"/") || !strings.HasSuffix(ref.Key, "-"+hex.EncodeToString(sum[:])) {
 		return fmt.Errorf("checkpoint node %s: %w: content does not match its key", ref.Key, ErrCorrupt)
 	}
 	if err := unseal("checkpoint node "+ref.Key, obj, out); err != nil {
@@ -410,6 +425,7 @@ func (c *bchunk) span() (uint64, uint64) {
 type index struct {
 	v        *Volume
 	ctx      context.Context
+	lsn      uint64 // the checkpoint's
 	branches []bchunk
 }
 
@@ -530,7 +546,7 @@ func (x *index) replace(e Entry) error {
 // A volume stays monotonic while every appended commit's pages are above
 // all earlier ones.
 func (v *Volume) buildIndex(ctx context.Context, base *checkpoint, tail []*Commit) ([]nodeRef, bool, error) {
-	x := &index{v: v, ctx: ctx}
+	x := &index{v: v, ctx: ctx, lsn: tail[len(tail)-1].LSN}
 	mono, top, seen := true, uint64(0), false
 	if base != nil {
 		mono = base.Monotonic
@@ -570,7 +586,7 @@ func (x *index) pack() ([]nodeRef, error) {
 	flushEntries := func() error {
 		for len(entries) > 0 {
 			n := min(len(entries), leafSize)
-			ref, err := x.v.putLeaf(x.ctx, entries[:n])
+			ref, err := x.putLeaf(entries[:n])
 			if err != nil {
 				return err
 			}
@@ -584,7 +600,7 @@ func (x *index) pack() ([]nodeRef, error) {
 		}
 		for len(leafRefs) > 0 {
 			n := min(len(leafRefs), branchSize)
-			ref, err := x.v.putBranch(x.ctx, leafRefs[:n])
+			ref, err := x.putBranch(leafRefs[:n])
 			if err != nil {
 				return err
 			}
@@ -620,33 +636,33 @@ func summary(children int, first, last Entry) nodeRef {
 	return nodeRef{Children: children, Lo: first.lo(), Hi: last.hi(), FirstLSN: first.LSN, LastLSN: last.LSN, Last: last.Meta}
 }
 
-func (v *Volume) putLeaf(ctx context.Context, entries []Entry) (nodeRef, error) {
+func (x *index) putLeaf(entries []Entry) (nodeRef, error) {
 	ref := summary(len(entries), entries[0], entries[len(entries)-1])
 	ref.Entries = len(entries)
 	for _, e := range entries {
 		ref.Lo, ref.Hi, ref.Bytes = min(ref.Lo, e.lo()), max(ref.Hi, e.hi()), ref.Bytes+e.Segment.Size
 	}
-	return ref, v.putNode(ctx, "index", &ref, entries)
+	return ref, x.putNode("index", &ref, entries)
 }
 
-func (v *Volume) putBranch(ctx context.Context, leaves []nodeRef) (nodeRef, error) {
+func (x *index) putBranch(leaves []nodeRef) (nodeRef, error) {
 	first, last := leaves[0], leaves[len(leaves)-1]
 	ref := nodeRef{Children: len(leaves), Lo: first.Lo, Hi: last.Hi, FirstLSN: first.FirstLSN, LastLSN: last.LastLSN, Last: last.Last}
 	for _, l := range leaves {
 		ref.Entries, ref.Bytes = ref.Entries+l.Entries, ref.Bytes+l.Bytes
 		ref.Lo, ref.Hi = min(ref.Lo, l.Lo), max(ref.Hi, l.Hi)
 	}
-	return ref, v.putNode(ctx, "branches", &ref, leaves)
+	return ref, x.putNode("branches", &ref, leaves)
 }
 
-func (v *Volume) putNode(ctx context.Context, dir string, ref *nodeRef, children any) error {
+func (x *index) putNode(dir string, ref *nodeRef, children any) error {
 	obj, err := sealed(children)
 	if err != nil {
 		return err
 	}
-	ref.Key, ref.Size = v.nodeKey(dir, ref.LastLSN, obj), int64(len(obj))
-	if err := v.store.Create(ctx, ref.Key, obj); err != nil && !errors.Is(err, fence.ErrExists) {
-		return fmt.Errorf("checkpoint node of volume %s: %w", v.name, err)
+	ref.Key, ref.Size = x.v.nodeKey(dir, x.lsn, obj), int64(len(obj))
+	if err := x.v.store.Create(x.ctx, ref.Key, obj); err != nil && !errors.Is(err, fence.ErrExists) { // same key: same bytes
+		return fmt.Errorf("checkpoint node of volume %s: %w", x.v.name, err)
 	}
 	return nil
 }

@@ -451,7 +451,7 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		}
 		deleted++
 	}
-	n, err := v.gcCheckpoints(ctx, roots)
+	n, err := v.gcCheckpoints(ctx, roots, grace)
 	deleted += n
 	if err != nil {
 		return deleted, err
@@ -512,9 +512,9 @@ func (v *Volume) keptRoots(ctx context.Context, grace time.Duration) (kept, erro
 }
 
 // gcCheckpoints deletes the stale roots, then the leaves and branches no
-// kept root names and no checkpoint in flight can (their last LSN is at or
-// below the newest kept root's).
-func (v *Volume) gcCheckpoints(ctx context.Context, k kept) (int, error) {
+// kept root names, once older than grace (a checkpoint in flight writes its
+// nodes before its root).
+func (v *Volume) gcCheckpoints(ctx context.Context, k kept, grace time.Duration) (int, error) {
 	deleted := 0
 	for _, key := range k.stale {
 		if err := v.store.Delete(ctx, key); err != nil {
@@ -534,8 +534,7 @@ func (v *Volume) gcCheckpoints(ctx context.Context, k kept) (int, error) {
 		nodes = append(nodes, keys...)
 	}
 	for _, key := range nodes {
-		last, err := strconv.ParseUint(strings.SplitN(filepath.Base(key), "-", 2)[0], 10, 64)
-		if k.nodes[key] || err != nil || last > k.newest {
+		if k.nodes[key] || time.Since(nodeTime(key)) < grace {
 			continue
 		}
 		if err := v.store.Delete(ctx, key); err != nil {
