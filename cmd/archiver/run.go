@@ -60,6 +60,7 @@ func runCommand() *cli.Command {
 		&cli.Int64Flag{Name: "compact-target", Value: 64 << 20, Usage: "after its slices a run merges small segments into segments of this many bytes"},
 		&cli.Int64Flag{Name: "compact-max", Value: 256 << 20, Usage: "bytes a run merges at most (compaction's work per run)"},
 		&cli.BoolFlag{Name: "no-compact", Usage: "merge no segments in this run (archiver compact does it on demand)"},
+		&cli.DurationFlag{Name: "archive-keep-for", Usage: "the archive's own retention: drop archived history older than this through the fence (gc deletes the objects after its grace; 0: keep forever). Keep it above the longest consumer lag"},
 		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
 		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
 	)
@@ -113,6 +114,9 @@ func runAction(c *cli.Context) error {
 	}
 	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
 		return clix.Usagef("--concurrency", "--concurrency, --slice-entries and --slice-bytes must be at least 1")
+	}
+	if c.Duration("archive-keep-for") < 0 {
+		return clix.Usagef("--archive-keep-for", "--archive-keep-for must not be negative")
 	}
 	if c.Int64("compact-target") < 1 || c.Int64("compact-max") < 1 {
 		return clix.Usagef("--compact-target", "--compact-target and --compact-max must be at least 1 byte")
@@ -202,6 +206,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.MaxEntryBytes = c.Int("max-entry-bytes")
 	a.Compaction = graft.CompactOptions{Target: c.Int64("compact-target"), MaxBytes: c.Int64("compact-max")}
 	a.NoCompact = c.Bool("no-compact")
+	a.HistoryKeepFor = c.Duration("archive-keep-for")
 	a.Failpoint = failpointFromEnv()
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
 	r.Result, err = a.Run(c.Context, p, func(res archive.Result) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"
@@ -19,6 +20,11 @@ type Archive struct {
 	// NoCompact turns it off.
 	Compaction graft.CompactOptions
 	NoCompact  bool
+	// HistoryKeepFor, when positive, is the archive's own retention: each
+	// Run ends by pruning the archived segments whose entries are all older
+	// than this (a prune commit and a checkpoint through the fence; gc
+	// deletes the objects after its grace). Zero keeps history forever.
+	HistoryKeepFor time.Duration
 	// SliceEntries and SliceBytes bound one fold (one commit).
 	SliceEntries int64
 	SliceBytes   int64

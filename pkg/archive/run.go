@@ -31,6 +31,9 @@ type Result struct {
 	LostRaces int64  `json:"lost_races"`
 	W         string `json:"w"` // the watermark after the run
 	LSN       uint64 `json:"lsn"`
+	// Pruned counts the archived segments the run's history retention
+	// dropped (Archive.HistoryKeepFor).
+	Pruned int `json:"pruned,omitempty"`
 	// Compacted is what the run's compaction did (nil: none was due).
 	Compacted  *graft.CompactResult `json:"compacted,omitempty"`
 	Elapsed    time.Duration        `json:"-"`
@@ -84,7 +87,10 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 			return res, err
 		}
 		if len(f.pages) == 0 {
-			return res, a.compact(ctx, &res)
+			if err := a.compact(ctx, &res); err != nil {
+				return res, err
+			}
+			return res, a.prune(ctx, &res)
 		}
 		next, err := a.commit(ctx, st, f, &res)
 		if err != nil {
@@ -114,6 +120,51 @@ func (a *Archive) compact(ctx context.Context, res *Result) error {
 	if c.Segments > 0 {
 		res.Compacted, res.LSN = &c, a.vol.Head()
 	}
+	return nil
+}
+
+// prune drops the archived segments whose entries are all older than
+// HistoryKeepFor: everything below the first segment whose watermark is at
+// or after the cutoff.
+func (a *Archive) prune(ctx context.Context, res *Result) error {
+	if a.HistoryKeepFor <= 0 {
+		return nil
+	}
+	cutoff := brand.WindowStart(time.Now().Add(-a.HistoryKeepFor))
+	below := uint64(0)
+	var werr error
+	for c, err := range a.vol.Entries(ctx, func(meta map[string]string) bool {
+		w, err := brand.ParseStreamID(meta[metaW])
+		if err != nil {
+			werr = err
+			return false
+		}
+		return w.Compare(cutoff) < 0
+	}) {
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
+			return fmt.Errorf("archive %s: history retention: %w", a.log.Key(), err)
+		}
+		below = c.Ranges[0].Lo
+		break
+	}
+	if below == 0 { // every segment is older: all of them go
+		st, err := stateOf(a.vol.Latest())
+		if err != nil {
+			return err
+		}
+		below = RecordBase + st.NextPage
+	}
+	n, err := a.vol.Prune(ctx, below)
+	if graft.IsConflict(err) {
+		return nil // another writer moved on; the next run prunes
+	}
+	if err != nil {
+		return fmt.Errorf("archive %s: history retention: %w", a.log.Key(), err)
+	}
+	res.Pruned = n
 	return nil
 }
 

@@ -51,11 +51,14 @@ type Entry struct {
 	Meta    map[string]string `json:"meta,omitempty"`
 	// Replaces: the entry is a compaction's (Commit.Replaces).
 	Replaces *PageRange `json:"replaces,omitempty"`
+	// PruneBelow: a prune commit's (in tails only; never a live entry).
+	PruneBelow uint64 `json:"prune_below,omitempty"`
 }
 
 // entryOf returns c's entry, keeping only the metadata keys in keep (nil: all).
 func entryOf(c *Commit, keep []string) Entry {
-	e := Entry{LSN: c.LSN, Hash: c.Hash(), Prev: c.Prev, Segment: c.Segment, Ranges: c.Ranges, Pages: c.Pages, Time: c.Time, Replaces: c.Replaces}
+	e := Entry{LSN: c.LSN, Hash: c.Hash(), Prev: c.Prev, Segment: c.Segment, Ranges: c.Ranges, Pages: c.Pages, Time: c.Time,
+		Replaces: c.Replaces, PruneBelow: c.PruneBelow}
 	meta := c.Meta
 	if c.Replaces != nil {
 		meta = c.EntryMeta
@@ -78,8 +81,8 @@ func entryOf(c *Commit, keep []string) Entry {
 // commit returns the slim commit an entry stands for.
 func (e Entry) commit(volume string) *Commit {
 	c := &Commit{Version: plainVersion, Volume: volume, LSN: e.LSN, Prev: e.Prev, Segment: e.Segment,
-		Ranges: e.Ranges, Pages: e.Pages, Meta: e.Meta, Time: e.Time, Replaces: e.Replaces, hash: e.Hash}
-	if e.Replaces != nil {
+		Ranges: e.Ranges, Pages: e.Pages, Meta: e.Meta, Time: e.Time, Replaces: e.Replaces, PruneBelow: e.PruneBelow, hash: e.Hash}
+	if e.Replaces != nil || e.PruneBelow > 0 {
 		c.Version, c.EntryMeta = compactionVersion, e.Meta
 	}
 	return c
@@ -539,6 +542,41 @@ func (x *index) replace(e Entry) error {
 	return nil
 }
 
+// prune drops every entry whose pages are all below page below: whole
+// branches and leaves by their refs, the boundary leaf opened.
+func (x *index) prune(below uint64) error {
+	var kept []bchunk
+	for i := range x.branches {
+		if lo, hi := x.branches[i].span(); lo <= hi && hi < below {
+			continue
+		} else if lo >= below || lo > hi {
+			kept = append(kept, x.branches[i])
+			continue
+		}
+		if err := x.openBranch(i); err != nil {
+			return err
+		}
+		var leaves []lchunk
+		for j := range x.branches[i].leaves {
+			l := &x.branches[i].leaves[j]
+			if lo, hi := l.span(); lo <= hi && hi < below {
+				continue
+			} else if lo < below && lo <= hi {
+				if err := x.openLeaf(i, j); err != nil {
+					return err
+				}
+				l.entries = slices.DeleteFunc(l.entries, func(e Entry) bool { return e.hi() < below })
+			}
+			leaves = append(leaves, *l)
+		}
+		if len(leaves) > 0 {
+			kept = append(kept, bchunk{leaves: leaves})
+		}
+	}
+	x.branches = kept
+	return nil
+}
+
 // buildIndex applies the commits after base to its index: a commit of new
 // pages is appended; a compaction commit takes the place of the entries
 // inside the span it replaces. Nodes nothing touched keep their keys; the
@@ -558,7 +596,12 @@ func (v *Volume) buildIndex(ctx context.Context, base *checkpoint, tail []*Commi
 	for _, c := range tail {
 		e := entryOf(c, v.KeepMeta)
 		var err error
-		if e.Replaces == nil {
+		if e.PruneBelow > 0 {
+			if !mono {
+				return nil, false, fmt.Errorf("%w: prune commit %d in a volume whose pages are not in commit order", ErrCorrupt, e.LSN)
+			}
+			err = x.prune(e.PruneBelow)
+		} else if e.Replaces == nil {
 			if seen && e.lo() <= top {
 				mono = false
 			}

@@ -12,8 +12,8 @@ import (
 )
 
 // Commit format versions: 1 for a commit of new pages, 2 for a compaction
-// commit (Replaces set), which an older build must refuse rather than read
-// its pages twice. commitVersion is the newest this build reads.
+// commit (Replaces set) or a prune commit (PruneBelow set), which an older
+// build must refuse rather than read pages twice or read pages pruned. commitVersion is the newest this build reads.
 const (
 	plainVersion      = 1
 	compactionVersion = 2
@@ -44,6 +44,10 @@ type Commit struct {
 	// the volume's latest metadata forward unchanged.
 	Replaces  *PageRange        `json:"replaces,omitempty"`
 	EntryMeta map[string]string `json:"entry_meta,omitempty"`
+	// PruneBelow, on a prune commit (format 2, no segment), drops every
+	// entry whose pages are all below it: where the volume's history now
+	// starts. Its segments go with gc's grace.
+	PruneBelow uint64 `json:"prune_below,omitempty"`
 
 	hash string // SHA-256 of the encoded object, set by Encode and DecodeCommit
 	raw  []byte // the encoded object, kept for the head commit only
@@ -105,9 +109,11 @@ func (c *Commit) Validate() error {
 		return fmt.Errorf("%w: LSN 0", ErrCorrupt)
 	case (c.LSN == 1) != (c.Prev == ""):
 		return fmt.Errorf("%w: LSN %d with prev %q", ErrCorrupt, c.LSN, c.Prev)
-	case c.Segment.Key == "" || c.Segment.SHA256 == "":
+	case c.PruneBelow > 0 && (c.Version != compactionVersion || c.Segment.Key != "" || len(c.Ranges) > 0 || c.Replaces != nil):
+		return fmt.Errorf("%w: prune commit with a segment, pages or a compaction", ErrCorrupt)
+	case c.PruneBelow == 0 && (c.Segment.Key == "" || c.Segment.SHA256 == ""):
 		return fmt.Errorf("%w: no segment", ErrCorrupt)
-	case (c.Version == compactionVersion) != (c.Replaces != nil):
+	case (c.Version == compactionVersion) != (c.Replaces != nil || c.PruneBelow > 0):
 		return fmt.Errorf("%w: commit version %d with replaces %v", ErrCorrupt, c.Version, c.Replaces)
 	case c.Replaces != nil && (c.Replaces.Hi < c.Replaces.Lo || len(c.Ranges) == 0 || c.Ranges[0].Lo < c.Replaces.Lo || c.Ranges[len(c.Ranges)-1].Hi > c.Replaces.Hi):
 		return fmt.Errorf("%w: compaction commit writes pages outside the span it replaces %v", ErrCorrupt, *c.Replaces)

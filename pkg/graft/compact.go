@@ -66,6 +66,9 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 	if err := v.refresh(ctx); err != nil {
 		return res, err
 	}
+	// Within one call a merged entry is not merged again: the next run
+	// starts above it (across calls it may grow further, up to Target).
+	from := uint64(0)
 	for res.Bytes < opt.MaxBytes {
 		if len(v.tail) > 0 { // every entry in leaves: runs are found there
 			if _, err := v.checkpoint(ctx); err != nil {
@@ -78,7 +81,7 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 		if !v.base.Monotonic {
 			return res, fmt.Errorf("compact volume %s: %w", v.name, ErrNotMonotonic)
 		}
-		run, err := v.smallRun(ctx, opt)
+		run, err := v.smallRun(ctx, opt, from)
 		if err != nil || len(run) < 2 {
 			return v.compacted(res), err
 		}
@@ -90,6 +93,7 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 			return v.compacted(res), err
 		}
 		res.Merged, res.Segments, res.Bytes = res.Merged+len(run), res.Segments+1, res.Bytes+n
+		from = run[len(run)-1].hi() + 1
 	}
 	return v.compacted(res), nil
 }
@@ -102,12 +106,13 @@ func (v *Volume) compacted(res CompactResult) CompactResult {
 	return res
 }
 
-// smallRun returns the first run of adjacent entries below Target that
-// reaches Target bytes or MinEntries entries (nil: none does yet).
-func (v *Volume) smallRun(ctx context.Context, opt CompactOptions) ([]Entry, error) {
+// smallRun returns the first run of adjacent entries below Target, from
+// page from on, that reaches Target bytes or MinEntries entries (nil: none
+// does yet).
+func (v *Volume) smallRun(ctx context.Context, opt CompactOptions, from uint64) ([]Entry, error) {
 	var run []Entry
 	var bytes int64
-	for ref, err := range v.leafRefs(ctx, v.base, nil) {
+	for ref, err := range v.leafRefs(ctx, v.base, func(r nodeRef) bool { return r.Hi < from }) {
 		if err != nil {
 			return nil, err
 		}
@@ -120,6 +125,9 @@ func (v *Volume) smallRun(ctx context.Context, opt CompactOptions) ([]Entry, err
 			return nil, err
 		}
 		for _, e := range entries {
+			if e.lo() < from {
+				continue
+			}
 			if e.Segment.Size >= opt.Target {
 				run, bytes = nil, 0
 				continue
@@ -166,4 +174,64 @@ func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
 		return c.Segment.Size, fmt.Errorf("compact volume %s: checkpoint after compaction commit %d: %w", v.name, c.LSN, err)
 	}
 	return c.Segment.Size, nil
+}
+
+// Prune moves the start of a monotonic volume's history forward: a prune
+// commit (format 2, no segment, the latest metadata carried forward) drops
+// every entry whose pages are all below page below, then a checkpoint
+// applies it. Readers that opened before it still read the dropped
+// segments until gc removes them after its grace. It returns how many
+// entries it dropped (0: none, and nothing is committed). A lost race to
+// another writer drops nothing and returns a *ConflictError.
+func (v *Volume) Prune(ctx context.Context, below uint64) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.refresh(ctx); err != nil {
+		return 0, err
+	}
+	if len(v.tail) > 0 {
+		if _, err := v.checkpoint(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if v.base == nil {
+		return 0, nil
+	}
+	if !v.base.Monotonic {
+		return 0, fmt.Errorf("prune volume %s: %w", v.name, ErrNotMonotonic)
+	}
+	n := 0
+	for ref, err := range v.leafRefs(ctx, v.base, nil) {
+		if err != nil {
+			return 0, err
+		}
+		if ref.Hi < below {
+			n += ref.Entries
+			continue
+		}
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range entries {
+			if e.hi() < below {
+				n++
+			}
+		}
+		break
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	c, err := v.commit(ctx, nil, maps.Clone(v.head().Meta), func(c *Commit) {
+		c.Version, c.PruneBelow, c.Segment, c.Ranges, c.Pages = compactionVersion, below, SegmentRef{}, nil, 0
+	})
+	if err != nil {
+		return 0, err
+	}
+	v.failpoint("prune-committed")
+	if _, err := v.checkpoint(ctx); err != nil {
+		return n, fmt.Errorf("prune volume %s: checkpoint after prune commit %d: %w", v.name, c.LSN, err)
+	}
+	return n, nil
 }

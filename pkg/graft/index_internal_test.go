@@ -129,3 +129,76 @@ func TestIndex_CheckpointSkippingACommitIsCaught(t *testing.T) {
 		t.Fatalf("verify of a checkpoint that skips commit 7 = %v, want it named as corrupt", err)
 	}
 }
+
+// Prune drops the entries below a page through the deep tree (whole
+// branches by their refs, the boundary leaf opened): cold readers find the
+// rest and not the pruned, verify passes before and after gc removes the
+// pruned segments, and commits go on.
+func TestIndex_PruneMovesTheStart(t *testing.T) {
+	defer func(l, b int) { leafSize, branchSize = l, b }(leafSize, branchSize)
+	leafSize, branchSize = 4, 3
+	ctx := context.Background()
+	st, _ := fence.OpenLocal(t.TempDir())
+	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		v.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, map[string]string{"n": fmt.Sprint(i)})
+	}
+	if _, err := v.Compact(ctx, CompactOptions{MinEntries: 6, MaxBytes: 1 << 20}); err != nil { // entries of several pages too
+		t.Fatal(err)
+	}
+	n, err := v.Prune(ctx, 61)
+	if err != nil || n == 0 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if again, err := v.Prune(ctx, 61); err != nil || again != 0 {
+		t.Fatalf("second prune at the same page: %d %v, want 0", again, err)
+	}
+	check := func(label string, r *Volume) {
+		t.Helper()
+		first := uint64(0)
+		for c, err := range r.Entries(ctx, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			first = c.Ranges[0].Lo
+			break
+		}
+		if first == 0 || first > 61 {
+			t.Fatalf("%s: history starts at page %d, want at most 61", label, first)
+		}
+		for no := first; no <= 100; no++ {
+			if b, err := r.Read(ctx, no); err != nil || string(b) != fmt.Sprint("page ", no) {
+				t.Fatalf("%s: page %d = %q, %v", label, no, b, err)
+			}
+		}
+		if first > 1 {
+			if _, err := r.Read(ctx, first-1); !errors.Is(err, ErrPageNotFound) {
+				t.Fatalf("%s: pruned page %d: %v, want ErrPageNotFound", label, first-1, err)
+			}
+		}
+		if r.Latest().Meta["n"] != "100" {
+			t.Fatalf("%s: latest meta %v: the prune did not carry it forward", label, r.Latest().Meta)
+		}
+	}
+	cold, err := Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("cold", cold)
+	if _, err := cold.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.GC(ctx, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := cold.VerifyRemote(ctx); err != nil || rep.Collected == 0 {
+		t.Fatalf("verify after gc: %+v %v", rep, err)
+	}
+	check("cold after gc", func() *Volume { c, _ := Open(ctx, t.TempDir(), "vol", st); return c }())
+	if _, err := v.Commit(ctx, []Page{{No: 101, Data: []byte("page 101")}}, map[string]string{"n": "100"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -72,14 +72,19 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		seg, err := v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		var seg []byte
+		if c.Segment.Key != "" { // a prune commit has none
+			seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		}
 		if errors.Is(err, fence.ErrNotFound) {
-			cv.missing[c.LSN] = c.Segment.Key // fine if a compaction replaced it: checked at the end
+			cv.missing[c.LSN] = c.Segment.Key // fine if a compaction or a prune dropped it: checked at the end
 			rep.Collected++
 		} else if err != nil {
 			return rep, fmt.Errorf("verify volume %s: commit %s: %w", v.name, key, err)
-		} else if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
-			return rep, err
+		} else if seg != nil {
+			if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
+				return rep, err
+			}
 		}
 		if ck, ok := ckAt[c.LSN]; ok {
 			// Every checkpoint's commit and totals; the newest one's entries too.
@@ -143,7 +148,17 @@ func (cv *chainVerifier) add(key string, c *Commit) error {
 	if len(cv.entries) == 0 && c.LSN == 1 {
 		cv.mono = true
 	}
-	if e.Replaces == nil {
+	if e.PruneBelow > 0 {
+		if !cv.mono {
+			return fmt.Errorf("commit %s: %w: prune of a volume whose pages are not in commit order", key, ErrCorrupt)
+		}
+		n := 0
+		for n < len(cv.entries) && cv.entries[n].hi < e.PruneBelow {
+			cv.bytes -= cv.entries[n].size
+			n++
+		}
+		cv.entries = cv.entries[n:]
+	} else if e.Replaces == nil {
 		if len(cv.entries) > 0 && d.lo <= cv.top {
 			cv.mono = false
 		}
@@ -348,8 +363,12 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		seg, err := v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		var seg []byte
+		if c.Segment.Key != "" { // a prune commit has none
+			seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		}
 		switch {
+		case c.Segment.Key == "":
 		case errors.Is(err, fence.ErrNotFound):
 			cv.missing[c.LSN] = c.Segment.Key // compacted away, or an error found by gone()
 		case err != nil:

@@ -150,7 +150,7 @@ func (v *Volume) Entries(ctx context.Context, before func(meta map[string]string
 		for _, c := range st.tail {
 			// A compaction not yet in a checkpoint: the entries it replaces
 			// are still in the leaves (and their segments kept by gc).
-			if c.Replaces != nil || before(c.Meta) {
+			if c.Replaces != nil || c.PruneBelow > 0 || before(c.Meta) {
 				continue
 			}
 			if !yield(c, nil) {
@@ -175,7 +175,9 @@ func (v *Volume) Stats() Stats {
 		s.Entries, s.Bytes, s.Base = int64(st.base.Entries), st.base.Bytes, st.base.LSN
 	}
 	for _, c := range st.tail {
-		s.Entries, s.Bytes = s.Entries+1, s.Bytes+c.Segment.Size
+		if c.Replaces == nil && c.PruneBelow == 0 { // approximate until the next checkpoint applies them
+			s.Entries, s.Bytes = s.Entries+1, s.Bytes+c.Segment.Size
+		}
 	}
 	return s
 }

@@ -578,8 +578,10 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 	if edit != nil {
 		edit(c)
 	}
-	if err := v.writeSegment(ctx, c.Segment.Key, seg, c.Segment.SHA256); err != nil {
-		return nil, err
+	if c.Segment.Key != "" { // a prune commit has none
+		if err := v.writeSegment(ctx, c.Segment.Key, seg, c.Segment.SHA256); err != nil {
+			return nil, err
+		}
 	}
 	obj, err := c.Encode()
 	if err != nil {
