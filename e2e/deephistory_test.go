@@ -201,7 +201,9 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond)
 	silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force")
-	var ver struct{ Remote struct{ Collected, Entries int } }
+	var ver struct {
+		Remote struct{ Collected, Entries int }
+	}
 	json.Unmarshal([]byte(silt(t, "", cold, "archiver", "verify")), &ver)
 	if ver.Remote.Collected != 20 {
 		t.Fatalf("verify after gc: %+v; want the 20 pruned segments collected", ver.Remote)
