@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,4 +74,90 @@ func BenchmarkUpload_Ratio(b *testing.B) {
 		b.ReportMetric(m.v[len(m.v)/2], m.name)
 	}
 	var _ fence.Store = st
+}
+
+// BenchmarkCompaction_Ratio (D5) compares compacting 256 segments of 16
+// KiB into one 4 MiB segment on MinIO (GET each, 8 at once, merge,
+// create-only PUT, compaction commit, checkpoint) with raw GETs of the
+// same 256 objects, 8 at once, and a raw PUT of their bytes. Goal: ratio >= 0.7. Each round compacts its own
+// volume, built before the rounds. Needs MinIO from scripts/servers.sh.
+//
+//	go test -run '^$' -bench Compaction_Ratio -benchtime 9x ./pkg/graft
+func BenchmarkCompaction_Ratio(b *testing.B) {
+	st := s3Store(b, "minio")
+	ctx := context.Background()
+	type built struct {
+		v    *graft.Volume
+		keys []string
+	}
+	vols := make([]built, b.N)
+	for i := range vols {
+		v, err := graft.Open(ctx, b.TempDir(), fmt.Sprint("vol", i), st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for c := range 256 {
+			pages := make([]graft.Page, 64)
+			for j := range pages {
+				pages[j] = graft.Page{No: uint64(c*64 + j), Data: bytes.Repeat([]byte{byte(c + j)}, 256)}
+			}
+			if _, err := v.Commit(ctx, pages, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for e, err := range v.Entries(ctx, nil) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			vols[i].keys = append(vols[i].keys, e.Segment.Key)
+		}
+		// A cold handle, as `archiver compact` on another machine would be:
+		// every segment comes from the remote.
+		if vols[i].v, err = graft.Open(ctx, b.TempDir(), fmt.Sprint("vol", i), st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	si, ri := 0, 0
+	var objects []float64
+	silt := func(tb testing.TB) int {
+		res, err := vols[si].v.Compact(ctx, graft.CompactOptions{Target: 8 << 20, MinEntries: 256})
+		if err != nil || res.Segments != 1 || res.Merged != 256 {
+			tb.Fatalf("compact: %+v %v", res, err)
+		}
+		si++
+		objects = append(objects, float64(res.Entries))
+		return int(res.Bytes)
+	}
+	raw := func(tb testing.TB) int {
+		// The same GETs, as many at once as compaction makes (8), then one PUT.
+		segs := make([][]byte, len(vols[ri].keys))
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					seg, err := st.Get(ctx, vols[ri].keys[i], fence.Range{})
+					if err != nil {
+						tb.Error(err)
+					}
+					segs[i] = seg
+				}
+			}()
+		}
+		for i := range segs {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		all := bytes.Join(segs, nil)
+		if err := st.Create(ctx, fmt.Sprintf("raw-compaction/%d", ri), all); err != nil {
+			tb.Fatal(err)
+		}
+		ri++
+		return len(all)
+	}
+	benchratio.Compare(b, silt, raw)
+	b.ReportMetric(objects[0], "entries-after")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 )
 
 // Compaction merges the segments of adjacent small entries into one, so a
@@ -141,15 +142,45 @@ func (v *Volume) smallRun(ctx context.Context, opt CompactOptions, from uint64) 
 	return nil, nil
 }
 
+// fetchConcurrency is how many segments a compaction fetches at once.
+const fetchConcurrency = 8
+
+// fetchAll fetches the segments of run, up to fetchConcurrency at once, in
+// run's order.
+func (v *Volume) fetchAll(ctx context.Context, run []Entry) ([]*Segment, error) {
+	segs := make([]*Segment, len(run))
+	errs := make([]error, len(run))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(fetchConcurrency, len(run)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				segs[i], errs[i] = v.segmentOf(ctx, run[i].commit(v.name), true)
+			}
+		}()
+	}
+	for i := range run {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("compact volume %s: %w", v.name, err)
+	}
+	return segs, nil
+}
+
 // merge writes the pages of run's segments as one compaction commit and
 // checkpoints it; it returns the merged segment's size.
 func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
+	segs, err := v.fetchAll(ctx, run)
+	if err != nil {
+		return 0, err
+	}
 	var pages []Page
-	for _, e := range run {
-		seg, err := v.segmentOf(ctx, e.commit(v.name), true)
-		if err != nil {
-			return 0, fmt.Errorf("compact volume %s: %w", v.name, err)
-		}
+	for _, seg := range segs {
 		for _, no := range seg.Pages() {
 			data, err := seg.Lookup(no)
 			if err != nil {

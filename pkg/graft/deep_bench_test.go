@@ -18,15 +18,17 @@ import (
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
-// Deep history (issue 14, BENCHMARKS.md D1-D3): archives of 1k to 1M
-// commits of one 100-record page range each, built through Volume.Commit
-// (its local files discarded: only the remote is kept), then opened cold by
-// a child process that counts its object requests and reports its peak RSS.
+// Deep history (issue 14, BENCHMARKS.md D1-D4): archives of 1k to 1M
+// commits of 10 records each, built through Volume.Commit (its local files
+// discarded: only the remote is kept; superseded checkpoint nodes are
+// collected as the build goes, as gc would), then opened cold by child
+// processes that count their object requests and report their peak RSS;
+// then compacted (64 MiB target) and collected, and the objects counted.
 //
 //	TMPDIR=/dev/shm SILT_DEEP_SIZES=1000,10000,100000,1000000 \
-//	  go test -run '^$' -bench DeepHistory -benchtime 1x -timeout 60m ./pkg/graft
+//	  go test -run '^$' -bench DeepHistory -benchtime 1x -timeout 90m ./pkg/graft
 //
-// Archives are built once under $TMPDIR/silt-deep-<n> and reused.
+// Archives are built under $TMPDIR/silt-deep-<n> and removed at the end.
 func BenchmarkDeepHistory(b *testing.B) {
 	sizes := os.Getenv("SILT_DEEP_SIZES")
 	if sizes == "" {
@@ -44,7 +46,7 @@ func BenchmarkDeepHistory(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Logf("%d commits ready in %s", n, time.Since(built).Round(time.Millisecond))
-		for _, mode := range []string{"reader", "writer"} {
+		for _, mode := range []string{"reader", "writer", "compact"} {
 			r, err := runDeepChild(remote, mode)
 			if err != nil {
 				b.Fatal(err)
@@ -52,16 +54,27 @@ func BenchmarkDeepHistory(b *testing.B) {
 			r.Commits, r.Mode = n, mode
 			rows = append(rows, r)
 		}
+		os.RemoveAll(remote)
 	}
 	b.StopTimer()
 	base := map[string]int64{}
 	fmt.Printf("\n| commits | process | open requests | open ms | window requests | 2*log2(segments) | peak RSS MiB | RSS / first |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
+		if r.Mode == "compact" {
+			continue
+		}
 		if base[r.Mode] == 0 {
 			base[r.Mode] = r.RSS
 		}
 		fmt.Printf("| %d | %s | %d | %.1f | %d | %d | %.1f | %.2f |\n", r.Commits, r.Mode, r.OpenRequests, r.OpenMS,
 			r.WindowRequests, 2*bits.Len(uint(r.Commits)), float64(r.RSS)/1024, float64(r.RSS)/float64(base[r.Mode]))
+	}
+	fmt.Printf("\n| commits | segment bytes | segments before | after compaction and gc: segments | commits | checkpoint objects | compaction s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		if r.Mode == "compact" {
+			fmt.Printf("| %d | %d | %d | %d | %d | %d | %.1f | %.1f |\n", r.Commits, r.SegmentBytes, r.SegmentsBefore, r.Segments,
+				r.CommitObjects, r.CheckpointObjects, r.CompactMS/1000, float64(r.RSS)/1024)
+		}
 	}
 }
 
@@ -72,6 +85,13 @@ type deepResult struct {
 	OpenMS         float64 `json:"open_ms"`
 	WindowRequests int64   `json:"window_requests"`
 	RSS            int64   `json:"rss_kib"`
+	// compact mode
+	SegmentBytes      int64   `json:"segment_bytes"`
+	SegmentsBefore    int     `json:"segments_before"`
+	Segments          int     `json:"segments"`
+	CommitObjects     int     `json:"commit_objects"`
+	CheckpointObjects int     `json:"checkpoint_objects"`
+	CompactMS         float64 `json:"compact_ms"`
 }
 
 // discardFS drops the generator's local files: only the remote matters.
@@ -89,7 +109,7 @@ func (discardFS) CreateTemp(dir, pattern string) (writable, error) {
 }
 func (discardFS) Rename(from, to string) error { return nil }
 
-// buildDeep makes (or finds) a remote of n commits, each writing 100
+// buildDeep makes (or finds) a remote of n commits, each writing 10
 // record-sized pages above the last, with meta n = the commit number.
 func buildDeep(remote string, n int) error {
 	done := filepath.Join(remote, ".built")
@@ -112,13 +132,22 @@ func buildDeep(remote string, n int) error {
 		return err
 	}
 	v.fs = discardFS{}
-	pages := make([]Page, 100)
+	pages := make([]Page, 10)
 	for i := 1; i <= n; i++ {
 		for j := range pages {
-			pages[j] = Page{No: 1<<62 + uint64((i-1)*100+j), Data: fmt.Appendf(nil, "record %d of commit %d, about a hundred bytes of an entry's fields ............", j, i)}
+			pages[j] = Page{No: 1<<62 + uint64((i-1)*10+j), Data: fmt.Appendf(nil, "record %d of commit %d, about a hundred bytes of an entry's fields ............", j, i)}
 		}
 		if _, err := v.Commit(ctx, pages, map[string]string{"n": fmt.Sprintf("%012d", i)}); err != nil {
 			return err
+		}
+		if i%20000 == 0 { // what gc does to superseded checkpoint nodes, so tmpfs holds a million commits
+			k, err := v.keptRoots(ctx, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := v.gcCheckpoints(ctx, k, 0); err != nil {
+				return err
+			}
 		}
 	}
 	return os.WriteFile(done, nil, 0o644)
@@ -201,8 +230,29 @@ func TestDeepChild(t *testing.T) {
 		break
 	}
 	r.WindowRequests = cs.n.Load()
+	if mode == "compact" {
+		count := func(dir string) int {
+			keys, err := st.List(ctx, "vol/"+dir+"/", "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(keys)
+		}
+		s := v.Stats()
+		r.SegmentBytes, r.SegmentsBefore = s.Bytes, int(s.Entries)
+		start := time.Now()
+		if _, err := v.Compact(ctx, CompactOptions{MaxBytes: 1 << 40}); err != nil {
+			t.Fatal(err)
+		}
+		r.CompactMS = float64(time.Since(start).Microseconds()) / 1000
+		if _, err := v.GC(ctx, 0, true); err != nil {
+			t.Fatal(err)
+		}
+		r.Segments, r.CommitObjects = count("segments"), count("commits")
+		r.CheckpointObjects = count("checkpoints") + count("index") + count("branches")
+	}
 	if mode == "writer" {
-		top := v.Head() * 100
+		top := v.Head() * 10
 		if _, err := v.Commit(ctx, []Page{{No: 1<<62 + top + 1000, Data: []byte("one more")}}, map[string]string{"n": "999999999999"}); err != nil {
 			t.Fatal(err)
 		}

@@ -193,8 +193,9 @@ func (v *Volume) segment(ctx context.Context, c *Commit) (*Segment, error) {
 	return v.segmentOf(ctx, c, false)
 }
 
-// segmentOf is segment; whole fetches a large remote segment in one GET
-// (compaction reads every page of it) instead of page by page.
+// segmentOf is segment; whole, for compaction, fetches a large remote
+// segment in one GET instead of page by page, and caches nothing (the
+// segment is about to be replaced).
 func (v *Volume) segmentOf(ctx context.Context, c *Commit, whole bool) (*Segment, error) {
 	v.cacheMu.Lock()
 	seg := v.cache[c.Segment.Key]
@@ -219,6 +220,9 @@ func (v *Volume) segmentOf(ctx context.Context, c *Commit, whole bool) (*Segment
 	}
 	if seg, err = checkSegment(name, b, c); err != nil {
 		return nil, err
+	}
+	if whole { // compaction: the segment is about to be replaced, cache nothing
+		return seg, nil
 	}
 	if name != path {
 		if err := v.writeFile(path, b); err != nil {

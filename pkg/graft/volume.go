@@ -101,8 +101,9 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if err := v.catchUp(ctx); err != nil {
-		return nil, err
+	current, err := v.catchUp(ctx)
+	if err != nil || current {
+		return v, err
 	}
 	return v, v.refresh(ctx)
 }
@@ -365,6 +366,15 @@ func (v *Volume) refresh(ctx context.Context) error {
 // fetchCommit GETs and decodes the remote commit of lsn and stores its
 // local copy.
 func (v *Volume) fetchCommit(ctx context.Context, lsn uint64) (*Commit, error) {
+	c, err := v.getCommit(ctx, lsn)
+	if err != nil {
+		return nil, err
+	}
+	return c, v.writeFile(v.localCommit(c.LSN), c.raw)
+}
+
+// getCommit GETs and decodes the remote commit of lsn.
+func (v *Volume) getCommit(ctx context.Context, lsn uint64) (*Commit, error) {
 	key := v.commitKey(lsn)
 	b, err := v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
@@ -374,7 +384,57 @@ func (v *Volume) fetchCommit(ctx context.Context, lsn uint64) (*Commit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
-	return c, v.writeFile(v.localCommit(c.LSN), b)
+	return c, nil
+}
+
+// newestAfter finds the newest commit after lsn without a LIST (which is
+// O(history) on a local store): it gallops from lsn by half the checkpoint
+// interval, then bisects, so the usual tail below the interval costs four
+// to six GETs. It returns nil when lsn is the newest. It assumes no hole
+// in the chain above lsn (a hole there is corruption, found by verify).
+func (v *Volume) newestAfter(ctx context.Context, lsn uint64) (*Commit, error) {
+	var newest *Commit
+	present := func(at uint64) (bool, error) {
+		c, err := v.getCommit(ctx, at)
+		if errors.Is(err, fence.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if newest == nil || c.LSN > newest.LSN {
+			newest = c
+		}
+		return true, nil
+	}
+	lo, step, hi := lsn, uint64(max(CheckpointEvery/2, 1)), uint64(0)
+	for hi == 0 {
+		ok, err := present(lo + step)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo, step = lo+step, step*2
+		} else {
+			hi = lo + step
+		}
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := present(mid)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if newest == nil || newest.LSN != lo {
+		return nil, nil // lo is lsn itself
+	}
+	return newest, nil
 }
 
 // rebase moves the base to the checkpoint at lsn when it is newer than
@@ -406,66 +466,66 @@ func (v *Volume) rebase(ctx context.Context, lsn uint64) {
 
 // catchUp is the open's jump: when the remote's newest checkpoint is above
 // the local head, it becomes the base and the newest commit after it
-// brings the commits between in its tail. Without a usable checkpoint a
-// volume with no local state reads the whole commit chain.
-func (v *Volume) catchUp(ctx context.Context) error {
+// brings the commits between in its tail (current: the head is the
+// remote's newest, no probe needed). Without a usable checkpoint a volume
+// with no local state reads the whole commit chain.
+func (v *Volume) catchUp(ctx context.Context) (current bool, err error) {
 	keys, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1)
 	if err != nil {
-		return fmt.Errorf("open volume %s: %w", v.name, err)
+		return false, fmt.Errorf("open volume %s: %w", v.name, err)
 	}
 	if len(keys) == 1 {
 		lsn, ok := checkpointLSN(keys[0])
 		if ok && lsn > v.headLSN() {
-			err := v.jump(ctx, keys[0], lsn)
+			current, err := v.jump(ctx, keys[0], lsn)
 			if err == nil {
-				return nil
+				return current, nil
 			}
 			v.badBase = lsn
 			v.warnf("checkpoint %d unusable, reading the commit chain instead: %v", lsn, err)
 		}
 	}
 	if v.headLSN() > 0 {
-		return nil // refresh probes forward from the head
+		return false, nil // refresh probes forward from the head
 	}
-	return v.readChain(ctx)
+	return true, v.readChain(ctx)
 }
 
 // jump adopts the checkpoint at key (above the head: nothing local is
-// newer), then the newest commit after it with its tail.
-func (v *Volume) jump(ctx context.Context, key string, lsn uint64) error {
+// newer), then the newest commit after it with its tail. current reports
+// that the head is then the remote's newest commit.
+func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool, err error) {
 	root, err := v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
-		return err
+		return false, err
 	}
 	ck, err := decodeCheckpoint(key, root)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ck.LSN != lsn || ck.Volume != v.name {
-		return fmt.Errorf("%w: checkpoint %s holds LSN %d of volume %q", ErrCorrupt, key, ck.LSN, ck.Volume)
+		return false, fmt.Errorf("%w: checkpoint %s holds LSN %d of volume %q", ErrCorrupt, key, ck.LSN, ck.Volume)
 	}
-	after, err := v.store.List(ctx, v.name+"/commits/", v.commitKey(lsn), 0)
+	newest, err := v.newestAfter(ctx, lsn)
 	if err != nil {
-		return err
+		return false, err
 	}
 	old, oldTail := v.base, v.tail
-	v.base, v.tail = ck, nil
-	if len(after) > 0 {
-		last, _ := strconv.ParseUint(after[len(after)-1][len(v.name)+len("/commits/"):], 10, 64)
-		newest, err := v.fetchCommit(ctx, last)
-		if err == nil {
-			err = v.fromTail(newest)
-		}
-		if err != nil { // no usable tail: link the commits after it one by one (refresh)
-			v.tail = nil
+	v.base, v.tail, current = ck, nil, true
+	if newest != nil {
+		if err := v.fromTail(newest); err != nil {
+			v.tail, current = nil, false // no usable tail: refresh links the commits after it one by one
+		} else if err := v.writeFile(v.localCommit(newest.LSN), newest.raw); err != nil {
+			v.base, v.tail = old, oldTail
+			return false, err
 		}
 	}
 	if err := v.writeFile(v.localCheckpoint(), root); err != nil {
 		v.base, v.tail = old, oldTail
-		return err
+		return false, err
 	}
 	// The local commit file of the checkpoint's commit, for a later open's chain check.
-	return v.writeFile(v.localCommit(lsn), []byte(ck.Commit))
+	return current, v.writeFile(v.localCommit(lsn), []byte(ck.Commit))
 }
 
 // readChain reads the whole remote commit chain: a volume with no local
