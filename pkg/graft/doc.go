@@ -11,7 +11,14 @@
 //
 //	<volume>/segments/<20-digit LSN>-<13-digit unix ms>-<writer>
 //	<volume>/commits/<20-digit LSN>
+//	<volume>/checkpoints/<20-digit 2^64-1-LSN>
+//	<volume>/branches/..., <volume>/index/...
 //
-// Fixed-width names make listing order LSN order. Local layout under the
-// data directory mirrors it, plus a tmp directory for atomic writes.
+// Fixed-width names make listing order LSN order (checkpoints: newest
+// first). Every 16 commits a checkpoint indexes the live segments, and every
+// commit carries the entries since its base checkpoint, so opening a volume
+// of any length reads a checkpoint and one commit, and a handle's memory is
+// bounded by the checkpoint interval. Compact merges small segments; Prune
+// moves the history's start; GC deletes what no state a reader may hold
+// references. See docs/architecture.md, "Deep history".
 package graft
