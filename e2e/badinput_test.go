@@ -306,7 +306,7 @@ func TestBadInput_ForeignRemoteAndNewerFormat(t *testing.T) {
 	body, _, _ := strings.Cut(string(obj), "\n")
 	var c map[string]any
 	json.Unmarshal([]byte(body), &c)
-	c["version"], c["lsn"] = 2, c["lsn"].(float64)+1
+	c["version"], c["lsn"] = 3, c["lsn"].(float64)+1 // 2 is compaction and prune; 3 is from the future
 	nb, _ := json.Marshal(c)
 	sum := sha256.Sum256(nb)
 	next := fmt.Sprintf("%020d", int(c["lsn"].(float64)))
