@@ -725,6 +725,7 @@ func (v *Volume) adoptCheckpoint(key string, root []byte, lsn uint64) error {
 		return fmt.Errorf("checkpoint %s: %w: names commit %.12s, the chain has %.12s at LSN %d", key, ErrForeignRemote, ck.CommitHash, head.Hash(), ck.LSN)
 	}
 	v.writeFile(v.localCheckpoint(), root) // a cache: the next open falls back to the commit files
+	v.dropLocalBelow(v.baseLSN(), ck.LSN)
 	v.base, v.tail = ck, nil
 	return nil
 }

@@ -382,7 +382,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 			}
 			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+int64(len(seg))
 		}
-		if err := v.writeFile(v.localCommit(c.LSN), obj); err != nil {
+		if err := v.writeCommitFile(c.LSN, obj); err != nil {
 			return rep, err
 		}
 		hashes = append(hashes, c.Hash())

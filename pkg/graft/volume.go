@@ -41,15 +41,16 @@ type Volume struct {
 	store  fence.Store
 	writer string
 
-	fs      fileSystem // nil: the real one (files.go)
-	mu      sync.Mutex
-	base    *checkpoint // nil: no checkpoint yet
-	tail    []*Commit   // the commits after base, in LSN order; all but the latest slimmed
-	cacheMu sync.Mutex  // guards cache, so segments are read while mu is held
-	cache   map[string]*Segment
-	leafMu  sync.Mutex        // guards leaves, so a leaf is read while mu is held
-	leaves  map[string][]byte // leaf and branch objects by key
-	badBase uint64            // a checkpoint rebase found unusable
+	fs        fileSystem // nil: the real one (files.go)
+	mu        sync.Mutex
+	base      *checkpoint // nil: no checkpoint yet
+	tail      []*Commit   // the commits after base, in LSN order; all but the latest slimmed
+	cacheMu   sync.Mutex  // guards cache, so segments are read while mu is held
+	cache     map[string]*Segment
+	leafMu    sync.Mutex        // guards leaves, so a leaf is read while mu is held
+	leaves    map[string][]byte // leaf and branch objects by key
+	badBase   uint64            // a checkpoint rebase found unusable
+	localHead uint64            // the newest local commit file this handle wrote (the head hint)
 }
 
 // Options tune a volume; the zero value is fine.
@@ -202,6 +203,20 @@ func (v *Volume) loadLocal() error {
 
 // newestLocalCommit reads the newest local commit file above the base.
 func (v *Volume) newestLocalCommit() (*Commit, error) {
+	// The head hint names it without reading a directory that may hold a
+	// file per commit ever written here; files after a stale hint are found
+	// by probing.
+	if b, err := os.ReadFile(filepath.Join(v.dir, "head")); err == nil {
+		if h, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && fileExists(v.localCommit(h)) {
+			for fileExists(v.localCommit(h + 1)) {
+				h++
+			}
+			if h <= v.baseLSN() {
+				return nil, nil
+			}
+			return v.readCommitFile(h)
+		}
+	}
 	files, err := os.ReadDir(filepath.Join(v.dir, "commits"))
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", v.name, err)
@@ -217,6 +232,41 @@ func (v *Volume) newestLocalCommit() (*Commit, error) {
 		return v.readCommitFile(lsn)
 	}
 	return nil, nil
+}
+
+// dropLocalBelow removes the local commit files from the old base up to
+// the new one (kept): no open reads them again, and a data directory would
+// otherwise keep a file per commit forever. Only a handle moving its own
+// base does it, a bounded step at a time.
+func (v *Volume) dropLocalBelow(old, base uint64) {
+	if old == 0 || base <= old || base-old > 4096 {
+		return
+	}
+	for lsn := old; lsn < base; lsn++ {
+		os.Remove(v.localCommit(lsn))
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// writeCommitFile stores the local copy of a commit object and moves the
+// head hint (a hint: written without fsync, checked at open).
+func (v *Volume) writeCommitFile(lsn uint64, obj []byte) error {
+	if err := v.writeFile(v.localCommit(lsn), obj); err != nil {
+		return err
+	}
+	v.hint(lsn)
+	return nil
+}
+
+func (v *Volume) hint(lsn uint64) {
+	if lsn > v.localHead {
+		v.localHead = lsn
+		os.WriteFile(filepath.Join(v.dir, "head"), []byte(strconv.FormatUint(lsn, 10)), 0o644)
+	}
 }
 
 // fromTail sets the commits after the base from c's tail and c itself.
@@ -370,7 +420,7 @@ func (v *Volume) fetchCommit(ctx context.Context, lsn uint64) (*Commit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c, v.writeFile(v.localCommit(c.LSN), c.raw)
+	return c, v.writeCommitFile(c.LSN, c.raw)
 }
 
 // getCommit GETs and decodes the remote commit of lsn.
@@ -455,6 +505,7 @@ func (v *Volume) rebase(ctx context.Context, lsn uint64) {
 				err = fmt.Errorf("%w: it names commit %.12s, the chain has %.12s", ErrCorrupt, ck.CommitHash, at.Hash())
 			} else {
 				v.writeFile(v.localCheckpoint(), root)
+				v.dropLocalBelow(b, lsn)
 				v.base, v.tail = ck, slices.Clone(v.tail[lsn-b:])
 				return
 			}
@@ -515,7 +566,7 @@ func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool
 	if newest != nil {
 		if err := v.fromTail(newest); err != nil {
 			v.tail, current = nil, false // no usable tail: refresh links the commits after it one by one
-		} else if err := v.writeFile(v.localCommit(newest.LSN), newest.raw); err != nil {
+		} else if err := v.writeCommitFile(newest.LSN, newest.raw); err != nil {
 			v.base, v.tail = old, oldTail
 			return false, err
 		}
@@ -525,7 +576,7 @@ func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool
 		return false, err
 	}
 	// The local commit file of the checkpoint's commit, for a later open's chain check.
-	return current, v.writeFile(v.localCommit(lsn), []byte(ck.Commit))
+	return current, v.writeCommitFile(lsn, []byte(ck.Commit))
 }
 
 // readChain reads the whole remote commit chain: a volume with no local
@@ -667,6 +718,7 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 	if err := s.place(); err != nil {
 		return nil, err
 	}
+	v.hint(lsn)
 	v.push(c)
 	v.failpoint("head-updated")
 	return c, nil
