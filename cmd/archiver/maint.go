@@ -51,7 +51,7 @@ func statusCommand() *cli.Command {
 			if st.OldestUnarchived != "" {
 				fmt.Fprintf(tw, "oldest unarchived\t%s (%s old)\n", st.OldestUnarchived, time.Duration(st.OldestAgeSec*float64(time.Second)).Round(time.Second))
 			}
-			fmt.Fprintf(tw, "remote size\t%d bytes\nlocal size\t%d bytes\n", st.RemoteBytes, st.LocalBytes)
+			fmt.Fprintf(tw, "remote size\t%d bytes in %d live segments (checkpoint at LSN %d)\nlocal size\t%d bytes\n", st.RemoteBytes, st.Segments, st.CheckpointLSN, st.LocalBytes)
 			return tw.Flush()
 		}),
 	}

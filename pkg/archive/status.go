@@ -29,8 +29,10 @@ type Status struct {
 	Recreated        bool    `json:"stream_recreated"`
 	OldestUnarchived string  `json:"oldest_unarchived,omitempty"`
 	OldestAgeSec     float64 `json:"oldest_unarchived_age_seconds,omitempty"`
-	RemoteBytes      int64   `json:"remote_bytes"` // segments referenced by commits
-	LocalBytes       int64   `json:"local_bytes"`  // files under the volume's local directory
+	RemoteBytes      int64   `json:"remote_bytes"`   // live segments (after compaction and history retention)
+	Segments         int64   `json:"segments"`       // live segments
+	CheckpointLSN    uint64  `json:"checkpoint_lsn"` // the newest checkpoint this handle uses (0: none yet)
+	LocalBytes       int64   `json:"local_bytes"`    // files under the volume's local directory
 }
 
 // Status reports the watermark, counts and completeness: entries-added must
@@ -77,7 +79,8 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.Recreated, s.LostOutside = true, 0
 	}
 	s.Complete = s.LostOutside == 0 && !s.Recreated
-	s.RemoteBytes = a.vol.Stats().Bytes
+	vs := a.vol.Stats()
+	s.RemoteBytes, s.Segments, s.CheckpointLSN = vs.Bytes, vs.Entries, vs.Base
 	filepath.WalkDir(filepath.Join(dataDir, a.vol.Name()), func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
