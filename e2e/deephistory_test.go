@@ -202,10 +202,29 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force")
 	var ver struct {
-		Remote struct{ Collected, Entries int }
+		Remote struct {
+			Collected, Entries, Commits int
+			ChainStart                  int `json:"chain_start"`
+		}
 	}
 	json.Unmarshal([]byte(silt(t, "", cold, "archiver", "verify")), &ver)
 	if ver.Remote.Collected != 20 {
 		t.Fatalf("verify after gc: %+v; want the 20 pruned segments collected", ver.Remote)
+	}
+	// The old commit objects go too: the chain then starts at a checkpoint.
+	gcOut := silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force", "--drop-old-commits")
+	if !strings.Contains(gcOut, `"dropped_commits":`) || strings.Contains(gcOut, `"dropped_commits":0`) {
+		t.Fatalf("gc --drop-old-commits: %s", gcOut)
+	}
+	json.Unmarshal([]byte(silt(t, "", archiverEnv(srv, filepath.Join(dir, "cold-2"), remote), "archiver", "verify")), &ver)
+	if ver.Remote.ChainStart == 0 {
+		t.Fatalf("verify after dropping old commits: %+v; want the chain to start at a checkpoint", ver.Remote)
+	}
+	got = nil
+	for _, l := range strings.Split(strings.TrimSpace(silt(t, "", archiverEnv(srv, filepath.Join(dir, "cold-3"), remote), "archiver", "read", "--format", "text")), "\n") {
+		got = append(got, strings.Fields(l)[0])
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("cold read after dropping old commits: %d entries, want %d", len(got), len(want))
 	}
 }

@@ -127,6 +127,7 @@ func gcCommand() *cli.Command {
 		Flags: withArchive(
 			&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep objects younger than this (at least 1m: a commit or a reader in flight needs them)"},
 			&cli.BoolFlag{Name: "force", Usage: "accept a --grace under 1m (only with no archiver or reader running)"},
+			&cli.BoolFlag{Name: "drop-old-commits", Usage: "also delete the commit objects before the oldest checkpoint kept (up to 100,000 a run): readers open from checkpoints; verify then starts the chain there and pull refuses the volume"},
 		),
 		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
 			n, err := a.Volume().GC(c.Context, c.Duration("grace"), c.Bool("force"))
@@ -136,7 +137,13 @@ func gcCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted\":%d}\n", n)
+			dropped := 0
+			if c.Bool("drop-old-commits") {
+				if dropped, err = a.Volume().DropOldCommits(c.Context, c.Duration("grace"), c.Bool("force"), 0); err != nil {
+					return err
+				}
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "{\"deleted\":%d,\"dropped_commits\":%d}\n", n, dropped)
 			return err
 		}),
 	}

@@ -279,3 +279,57 @@ func TestCheckpoint_GCRemovesSupersededCheckpoints(t *testing.T) {
 	}
 	_ = os.Remove
 }
+
+// Dropping the commits before the oldest checkpoint a reader may hold
+// leaves a volume that opens cold, reads every page, takes new commits, and
+// verifies from that checkpoint; a hole anywhere else is still an error.
+func TestCheckpoint_DropOldCommits(t *testing.T) {
+	st := deep(t, 100, 0)
+	ctx := context.Background()
+	v, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+	if _, err := v.DropOldCommits(ctx, time.Second, false, 0); !errors.Is(err, graft.ErrGraceTooShort) {
+		t.Fatalf("drop with a 1s grace = %v, want ErrGraceTooShort", err)
+	}
+	n, err := v.DropOldCommits(ctx, 0, true, 0)
+	if err != nil || n != 96 {
+		t.Fatalf("dropped %d commits, %v; want the 96 before checkpoint 96", n, err)
+	}
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for no := uint64(1); no <= 100; no++ {
+		if got := read(t, cold, 100, no); got != fmt.Sprint("page ", no) {
+			t.Fatalf("page %d = %q", no, got)
+		}
+	}
+	if _, err := cold.Commit(ctx, []graft.Page{{No: 101, Data: []byte("page 101")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := cold.VerifyRemote(ctx)
+	if err != nil || rep.ChainStart != 96 || rep.Commits != 5 || rep.Entries != 101 {
+		t.Fatalf("verify from the checkpoint: %+v %v", rep, err)
+	}
+	// A warm data directory whose head commit was dropped since opens from
+	// the checkpoint, with a warning, instead of calling the remote foreign.
+	staleDir := t.TempDir()
+	graft.Open(ctx, staleDir, "vol", st)
+	for i := uint64(102); i <= 140; i++ {
+		cold.Commit(ctx, []graft.Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil)
+	}
+	if _, err := cold.DropOldCommits(ctx, 0, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	var warned []string
+	stale, err := graft.OpenWith(ctx, staleDir, "vol", st, graft.Options{Warn: func(m string) { warned = append(warned, m) }})
+	if err != nil || stale.Head() != 140 || len(warned) != 1 || !strings.Contains(warned[0], "dropped local head commit 101") {
+		t.Fatalf("warm open after its head was dropped: head %d, %v, warnings %q", stale.Head(), err, warned)
+	}
+	if got := read(t, stale, 140, 120); got != "page 120" {
+		t.Fatalf("page 120 = %q", got)
+	}
+	st.Delete(ctx, "vol/commits/00000000000000000139")
+	if _, err := cold.VerifyRemote(ctx); !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "commits/00000000000000000139") {
+		t.Fatalf("verify with a hole after the chain start = %v", err)
+	}
+}

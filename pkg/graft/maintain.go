@@ -26,6 +26,9 @@ type VerifyReport struct {
 	Checkpoints int   `json:"checkpoints"`
 	Entries     int   `json:"entries"`   // live segments (fewer than commits after compaction)
 	Collected   int   `json:"collected"` // segments compacted away and removed by gc
+	// ChainStart is the checkpoint the chain starts from when the commits
+	// before it were dropped (DropOldCommits); 0: the chain starts at LSN 1.
+	ChainStart uint64 `json:"chain_start,omitempty"`
 }
 
 // VerifyRemote checks the remote copy: every commit object's checksum, the
@@ -42,9 +45,6 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
-	if missing := missingCommits(keys, v.name); len(missing) > 0 {
-		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
-	}
 	cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0)
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
@@ -57,6 +57,16 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		}
 	}
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
+	start, err := cv.chainStart(ctx, keys, ckAt)
+	if err != nil {
+		return rep, err
+	}
+	rep.ChainStart = start
+	for lsn := range ckAt {
+		if lsn <= start && start > 0 { // the chain's genesis, and roots before it: nothing to check them against
+			delete(ckAt, lsn)
+		}
+	}
 	for i, key := range keys {
 		b, err := v.store.Get(ctx, key, fence.Range{})
 		if err != nil {
@@ -66,7 +76,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		if err := chained(key, c, uint64(i)+1, cv.prev); err != nil {
+		if err := chained(key, c, start+uint64(i)+1, cv.prev); err != nil {
 			return rep, err
 		}
 		if err := cv.add(key, c); err != nil {
@@ -223,6 +233,57 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 	return nil
 }
 
+// chainStart finds where the commit chain starts: LSN 1, or, when the
+// commits before LSN s+1 were dropped (DropOldCommits), the checkpoint at
+// s, whose entries then seed the verifier. Any other hole is an error
+// naming every missing commit.
+func (cv *chainVerifier) chainStart(ctx context.Context, keys []string, ckAt map[uint64]string) (uint64, error) {
+	v := cv.v
+	start := uint64(0)
+	if len(keys) > 0 {
+		first, _ := strconv.ParseUint(keys[0][strings.LastIndexByte(keys[0], '/')+1:], 10, 64)
+		if _, ok := ckAt[first-1]; ok && first > 1 {
+			start = first - 1
+		}
+	} else {
+		for lsn := range ckAt { // every commit dropped: the newest checkpoint holds the head
+			start = max(start, lsn)
+		}
+	}
+	if missing := missingCommits(keys, v.name, start+1); len(missing) > 0 {
+		return 0, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
+	}
+	if start == 0 {
+		return 0, nil
+	}
+	key := ckAt[start]
+	root, err := v.store.Get(ctx, key, fence.Range{})
+	if err != nil {
+		return 0, fmt.Errorf("verify volume %s: %w", v.name, err)
+	}
+	ck, err := decodeCheckpoint(key, root)
+	if err != nil {
+		return 0, err
+	}
+	cv.prev, cv.mono = ck.CommitHash, ck.Monotonic
+	for ref, err := range v.leafRefs(ctx, ck, nil) {
+		if err != nil {
+			return 0, fmt.Errorf("checkpoint %s: %w", key, err)
+		}
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return 0, fmt.Errorf("checkpoint %s: %w", key, err)
+		}
+		for _, e := range entries {
+			cv.entries, cv.bytes, cv.top = append(cv.entries, derive(e)), cv.bytes+e.Segment.Size, max(cv.top, e.hi())
+		}
+	}
+	if uint64(len(cv.entries)) != ck.Entries || cv.bytes != ck.Bytes {
+		return 0, fmt.Errorf("checkpoint %s: %w: its nodes hold %d entries of %d bytes, it says %d of %d", key, ErrCorrupt, len(cv.entries), cv.bytes, ck.Entries, ck.Bytes)
+	}
+	return start, nil
+}
+
 // gone checks, at the end of the chain, that every segment found missing
 // belongs to an entry a compaction replaced: none of the live ones.
 func (cv *chainVerifier) gone() error {
@@ -343,8 +404,8 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 	}
-	if missing := missingCommits(keys, v.name); len(missing) > 0 {
-		return rep, fmt.Errorf("pull volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
+	if missing := missingCommits(keys, v.name, 1); len(missing) > 0 {
+		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(missing, ", "))
 	}
 	hashes := make([]string, 0, len(keys))
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
@@ -476,6 +537,43 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		return deleted, err
 	}
 	return deleted, v.gcLocal(referenced, grace)
+}
+
+// DropOldCommits deletes the commit objects before the oldest checkpoint a
+// reader may hold (as GC counts them, with the same grace), at most limit
+// a call (0: 100,000), so a volume of a million commits keeps about as many
+// objects as it has live segments. Readers never need those commits (they
+// open from a checkpoint); verify then starts the chain at that checkpoint,
+// trusting it as its genesis (VerifyReport.ChainStart), and pull refuses
+// the volume. It returns how many it deleted.
+func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force bool, limit int) (int, error) {
+	if grace < MinGrace && !force {
+		return 0, fmt.Errorf("drop old commits of volume %s: %w: %s is under %s (force to override)", v.name, ErrGraceTooShort, grace, MinGrace)
+	}
+	if limit <= 0 {
+		limit = 100_000
+	}
+	k, err := v.keptRoots(ctx, grace)
+	if err != nil || len(k.roots) == 0 {
+		return 0, err
+	}
+	oldest, _ := checkpointLSN(k.roots[len(k.roots)-1])
+	keys, err := v.store.List(ctx, v.name+"/commits/", "", limit)
+	if err != nil {
+		return 0, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
+	}
+	deleted := 0
+	for _, key := range keys {
+		lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+		if err != nil || lsn > oldest { // the root holds commit oldest whole
+			break
+		}
+		if err := v.store.Delete(ctx, key); err != nil {
+			return deleted, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
+		}
+		deleted++
+	}
+	return deleted, nil
 }
 
 // kept is what gc keeps of the checkpoints: the roots a reader may hold

@@ -330,6 +330,16 @@ func (v *Volume) sameHistory(ctx context.Context) error {
 	key := v.commitKey(head.LSN)
 	b, err := v.store.Get(ctx, key, fence.Range{})
 	if errors.Is(err, fence.ErrNotFound) {
+		// gc --drop-old-commits removes commits a checkpoint covers: then
+		// the local state is just behind, and the remote's checkpoint is
+		// the way in (the commits are a cache here; nothing local is lost).
+		if keys, lerr := v.store.List(ctx, v.name+"/checkpoints/", "", 1); lerr == nil && len(keys) == 1 {
+			if lsn, ok := checkpointLSN(keys[0]); ok && lsn >= head.LSN {
+				v.warnf("the remote dropped local head commit %d (covered by checkpoint %d): opening from the checkpoint", head.LSN, lsn)
+				v.base, v.tail = nil, nil
+				return nil
+			}
+		}
 		return fmt.Errorf("open volume %s: local head is commit %d, %s has no %s: %w (another remote, or one that lost data; "+
 			"move %s aside to start from the remote)", v.name, head.LSN, v.store, key, ErrForeignRemote, v.dir)
 	}
@@ -587,7 +597,7 @@ func (v *Volume) readChain(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
-	if missing := missingCommits(keys, v.name); len(missing) > 0 {
+	if missing := missingCommits(keys, v.name, 1); len(missing) > 0 {
 		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
 			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
 			v.name, ErrMissingCommits, strings.Join(missing, ", "), len(keys)+countMissing(keys))
@@ -609,10 +619,10 @@ func (v *Volume) readChain(ctx context.Context) error {
 var ErrMissingCommits = errors.New("commits missing from the remote")
 
 // missingCommits names the LSN ranges absent from a sorted listing of
-// commit keys (which should hold 1..n).
-func missingCommits(keys []string, volume string) []string {
+// commit keys (which should hold from..n).
+func missingCommits(keys []string, volume string, from uint64) []string {
 	var out []string
-	want := uint64(1)
+	want := from
 	for _, k := range keys {
 		lsn, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 10, 64)
 		if err != nil {
