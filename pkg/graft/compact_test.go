@@ -136,10 +136,18 @@ func TestCompact_RacingAWriter(t *testing.T) {
 	if _, err := v.VerifyRemote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := v.Stats(); s.Entries >= 230 {
-		t.Fatalf("%d entries after racing compactions: nothing compacted", s.Entries)
+	wantPages(t, pagesOf(t, v), 250)
+	// How many compactions won the race depends on the machine's load (a
+	// compactor slower than the writer loses them all, which is safe); with
+	// the writer done, one must go through.
+	before := v.Stats().Entries
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 8}); err != nil || res.Segments == 0 || res.Entries >= before {
+		t.Fatalf("compaction after the race: %+v %v (from %d entries)", res, err, before)
 	}
 	wantPages(t, pagesOf(t, v), 250)
+	if _, err := v.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A compacting process killed at each step leaves a volume that opens,
