@@ -70,6 +70,9 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 	// Within one call a merged entry is not merged again: the next run
 	// starts above it (across calls it may grow further, up to Target).
 	from := uint64(0)
+	if s := v.stats(); s.Entries < int64(opt.MinEntries) && s.Bytes < opt.Target {
+		return v.compacted(res), nil // no run can qualify: not even a checkpoint is due
+	}
 	for res.Bytes < opt.MaxBytes {
 		if len(v.tail) > 0 { // every entry in leaves: runs are found there
 			if _, err := v.checkpoint(ctx); err != nil {

@@ -169,7 +169,14 @@ type Stats struct {
 
 // Stats returns the live state's size without fetching any leaf.
 func (v *Volume) Stats() Stats {
-	st := v.state()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stats()
+}
+
+// stats is Stats with v.mu held.
+func (v *Volume) stats() Stats {
+	st := state{v.base, v.tail}
 	var s Stats
 	if st.base != nil {
 		s.Entries, s.Bytes, s.Base = int64(st.base.Entries), st.base.Bytes, st.base.LSN
