@@ -257,13 +257,22 @@ func decodeCheckpoint(name string, obj []byte) (*checkpoint, error) {
 
 // leaf returns the entries of one leaf.
 func (v *Volume) leaf(ctx context.Context, ref nodeRef) ([]Entry, error) {
+	if cached, ok := v.cachedNode(ref.Key).([]Entry); ok {
+		return cached, nil
+	}
 	var entries []Entry
 	err := v.node(ctx, "index", ref, &entries, func() (int, int) { return len(entries), len(entries) })
+	if err == nil {
+		v.cacheNode(ref.Key, entries)
+	}
 	return entries, err
 }
 
 // branch returns the leaf refs of one branch.
 func (v *Volume) branch(ctx context.Context, ref nodeRef) ([]nodeRef, error) {
+	if cached, ok := v.cachedNode(ref.Key).([]nodeRef); ok {
+		return cached, nil
+	}
 	var leaves []nodeRef
 	err := v.node(ctx, "branches", ref, &leaves, func() (int, int) {
 		n := 0
@@ -272,37 +281,41 @@ func (v *Volume) branch(ctx context.Context, ref nodeRef) ([]nodeRef, error) {
 		}
 		return len(leaves), n
 	})
+	if err == nil {
+		v.cacheNode(ref.Key, leaves)
+	}
 	return leaves, err
 }
 
-// node reads a leaf or a branch: from memory, the local cache or the
-// remote, always checked against its key.
-func (v *Volume) node(ctx context.Context, dir string, ref nodeRef, out any, count func() (int, int)) error {
+// cachedNode returns a decoded node checked when it was loaded (nil: not
+// cached). Callers must not change it.
+func (v *Volume) cachedNode(key string) any {
 	v.leafMu.Lock()
-	obj, ok := v.leaves[ref.Key]
-	v.leafMu.Unlock()
-	if !ok {
-		path := filepath.Join(v.dir, "index", filepath.Base(ref.Key))
-		var err error
-		if obj, err = readFile(path); err != nil {
-			if obj, err = v.store.Get(ctx, ref.Key, fence.Range{}); err != nil {
-				return fmt.Errorf("volume %s: checkpoint node: %w", v.name, err)
-			}
-			defer v.writeFile(path, obj) // a cache: a failed write costs a GET next time
+	defer v.leafMu.Unlock()
+	return v.leaves[key]
+}
+
+func (v *Volume) cacheNode(key string, node any) {
+	v.leafMu.Lock()
+	defer v.leafMu.Unlock()
+	if len(v.leaves) >= leafCacheSize {
+		clear(v.leaves)
+	}
+	v.leaves[key] = node
+}
+
+// node reads a leaf or a branch from the local cache or the remote, checked
+// against its key, and decodes it into out.
+func (v *Volume) node(ctx context.Context, dir string, ref nodeRef, out any, count func() (int, int)) error {
+	path := filepath.Join(v.dir, "index", filepath.Base(ref.Key))
+	obj, err := readFile(path)
+	if err != nil {
+		if obj, err = v.store.Get(ctx, ref.Key, fence.Range{}); err != nil {
+			return fmt.Errorf("volume %s: checkpoint node: %w", v.name, err)
 		}
+		defer v.writeCache(path, obj)
 	}
-	if err := v.decodeNode(dir, ref, obj, out, count); err != nil {
-		return err
-	}
-	if !ok {
-		v.leafMu.Lock()
-		if len(v.leaves) >= leafCacheSize {
-			clear(v.leaves)
-		}
-		v.leaves[ref.Key] = obj
-		v.leafMu.Unlock()
-	}
-	return nil
+	return v.decodeNode(dir, ref, obj, out, count)
 }
 
 // checkpointDue reports whether the head commit leaves a tail of K or more.
@@ -441,6 +454,7 @@ func (x *index) openBranch(i int) error {
 	if err != nil {
 		return err
 	}
+	refs = slices.Clone(refs) // the cached branch stays as it is
 	b.ref, b.leaves = nil, make([]lchunk, len(refs))
 	for j := range refs {
 		b.leaves[j] = lchunk{ref: &refs[j]}

@@ -119,3 +119,20 @@ func (v *Volume) readCommitFile(lsn uint64) (*Commit, error) {
 
 // isNotExist reports a missing file.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// writeCache writes a file that is only a cache (checked whenever it is
+// read): temp file and rename, no fsync. Errors are dropped: a missing
+// cache file costs a GET.
+func (v *Volume) writeCache(path string, b []byte) {
+	f, err := os.CreateTemp(filepath.Join(v.dir, "tmp"), "c-*")
+	if err != nil {
+		return
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || os.Rename(f.Name(), path) != nil {
+		os.Remove(f.Name())
+	}
+}

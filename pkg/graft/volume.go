@@ -47,10 +47,10 @@ type Volume struct {
 	tail      []*Commit   // the commits after base, in LSN order; all but the latest slimmed
 	cacheMu   sync.Mutex  // guards cache, so segments are read while mu is held
 	cache     map[string]*Segment
-	leafMu    sync.Mutex        // guards leaves, so a leaf is read while mu is held
-	leaves    map[string][]byte // leaf and branch objects by key
-	badBase   uint64            // a checkpoint rebase found unusable
-	localHead uint64            // the newest local commit file this handle wrote (the head hint)
+	leafMu    sync.Mutex     // guards leaves, so a leaf is read while mu is held
+	leaves    map[string]any // decoded leaves ([]Entry) and branches ([]nodeRef) by key
+	badBase   uint64         // a checkpoint rebase found unusable
+	localHead uint64         // the newest local commit file this handle wrote (the head hint)
 }
 
 // Options tune a volume; the zero value is fine.
@@ -87,7 +87,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 		store:           store,
 		writer:          randomID(),
 		cache:           map[string]*Segment{},
-		leaves:          map[string][]byte{},
+		leaves:          map[string]any{},
 	}
 	for _, d := range []string{"segments", "commits", "index", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
