@@ -67,37 +67,48 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 	if err := v.refresh(ctx); err != nil {
 		return res, err
 	}
-	// Within one call a merged entry is not merged again: the next run
-	// starts above it (across calls it may grow further, up to Target).
-	from := uint64(0)
+	// A pass goes from the first entry to the last, never merging what it
+	// merged (the next run starts above it); the next pass may merge those
+	// merged entries that are still below Target: levels, each about
+	// MinEntries times the one before, so a byte is rewritten about
+	// log(entries)/log(MinEntries) times at most (twice for a million).
 	if s := v.stats(); s.Entries < int64(opt.MinEntries) && s.Bytes < opt.Target {
 		return v.compacted(res), nil // no run can qualify: not even a checkpoint is due
 	}
-	for res.Bytes < opt.MaxBytes {
-		if len(v.tail) > 0 { // every entry in leaves: runs are found there
-			if _, err := v.checkpoint(ctx); err != nil {
-				return res, err
+	for pass := 0; res.Bytes < opt.MaxBytes; pass++ {
+		merged := res.Segments
+		for from := uint64(0); res.Bytes < opt.MaxBytes; {
+			if len(v.tail) > 0 { // every entry in leaves: runs are found there
+				if _, err := v.checkpoint(ctx); err != nil {
+					return res, err
+				}
 			}
+			if v.base == nil {
+				return v.compacted(res), nil
+			}
+			if !v.base.Monotonic {
+				return res, fmt.Errorf("compact volume %s: %w", v.name, ErrNotMonotonic)
+			}
+			run, err := v.smallRun(ctx, opt, from)
+			if err != nil {
+				return v.compacted(res), err
+			}
+			if len(run) < 2 {
+				break
+			}
+			n, err := v.merge(ctx, run)
+			if IsConflict(err) {
+				return v.compacted(res), nil
+			}
+			if err != nil {
+				return v.compacted(res), err
+			}
+			res.Merged, res.Segments, res.Bytes = res.Merged+len(run), res.Segments+1, res.Bytes+n
+			from = run[len(run)-1].hi() + 1
 		}
-		if v.base == nil {
-			break
+		if res.Segments == merged {
+			break // a pass that merged nothing: done
 		}
-		if !v.base.Monotonic {
-			return res, fmt.Errorf("compact volume %s: %w", v.name, ErrNotMonotonic)
-		}
-		run, err := v.smallRun(ctx, opt, from)
-		if err != nil || len(run) < 2 {
-			return v.compacted(res), err
-		}
-		n, err := v.merge(ctx, run)
-		if IsConflict(err) {
-			return v.compacted(res), nil
-		}
-		if err != nil {
-			return v.compacted(res), err
-		}
-		res.Merged, res.Segments, res.Bytes = res.Merged+len(run), res.Segments+1, res.Bytes+n
-		from = run[len(run)-1].hi() + 1
 	}
 	return v.compacted(res), nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -92,6 +94,8 @@ type deepResult struct {
 	CommitObjects     int     `json:"commit_objects"`
 	CheckpointObjects int     `json:"checkpoint_objects"`
 	CompactMS         float64 `json:"compact_ms"`
+	HeapSysMiB        float64 `json:"heap_sys_mib"`
+	GoSysMiB          float64 `json:"go_sys_mib"`
 }
 
 // discardFS drops the generator's local files: only the remote matters.
@@ -191,6 +195,7 @@ func runDeepChild(remote, mode string) (deepResult, error) {
 		return r, fmt.Errorf("deep child %s: %w: %s", mode, err, out)
 	}
 	r.RSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	fmt.Fprintf(os.Stderr, "deep child %s: %s\n", mode, line)
 	return r, nil
 }
 
@@ -256,6 +261,14 @@ func TestDeepChild(t *testing.T) {
 		if _, err := v.Commit(ctx, []Page{{No: 1<<62 + top + 1000, Data: []byte("one more")}}, map[string]string{"n": "999999999999"}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.HeapSysMiB, r.GoSysMiB = float64(ms.HeapSys)/(1<<20), float64(ms.Sys)/(1<<20)
+	if path := os.Getenv("SILT_DEEP_HEAPPROFILE"); path != "" {
+		f, _ := os.Create(path + "." + mode)
+		pprof.WriteHeapProfile(f)
+		f.Close()
 	}
 	b, _ := json.Marshal(r)
 	fmt.Printf("%s\n", b)
