@@ -18,6 +18,17 @@ import (
 	"github.com/silt-dev/silt/internal/testserver"
 )
 
+// coldIDs runs `archiver read` with env (a fresh data directory: a cold
+// reader) and returns the branded ids it printed, in order.
+func coldIDs(t *testing.T, env []string) []string {
+	t.Helper()
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(silt(t, "", env, "archiver", "read", "--format", "text")), "\n") {
+		ids = append(ids, strings.Fields(line)[0])
+	}
+	return ids
+}
+
 // TestDeepHistory_LifecycleDeleteStopsNothing is issue 14's user path: an
 // archive of many small commits whose oldest commit objects a bucket
 // lifecycle rule deleted. Cold readers (empty data directories, as the
@@ -41,14 +52,7 @@ func TestDeepHistory_LifecycleDeleteStopsNothing(t *testing.T) {
 	cold := func(name string) []string {
 		return archiverEnv(srv, filepath.Join(dir, name), "file://"+remote)
 	}
-	readIDs := func(name string) []string {
-		var out []string
-		for _, line := range strings.Split(strings.TrimSpace(silt(t, "", cold(name), "archiver", "read", "--format", "text")), "\n") {
-			out = append(out, strings.Fields(line)[0])
-		}
-		return out
-	}
-	got := readIDs("cold-read")
+	got := coldIDs(t, cold("cold-read"))
 	if len(got) != len(ids) || got[0] != ids[0] || got[len(got)-1] != ids[len(ids)-1] {
 		t.Fatalf("cold read after the lifecycle delete: %d entries, want %d", len(got), len(ids))
 	}
@@ -61,7 +65,7 @@ func TestDeepHistory_LifecycleDeleteStopsNothing(t *testing.T) {
 	more := feed(t, env, 100)
 	silt(t, "", cold("cold-run"), "archiver", "run", "--stream", "events", "--keep-last", "10", "--slice-entries", "20", "--exact")
 	all := append(ids, more...)
-	if n := len(readIDs("cold-read-2")); n != len(all) {
+	if n := len(coldIDs(t, cold("cold-read-2"))); n != len(all) {
 		t.Fatalf("cold read after a cold run: %d entries, want %d", n, len(all))
 	}
 	out := silt(t, "", append(env, "EMQ_GROUP=late"), "worker", "run", "--stdout", "--block", "300ms",
@@ -150,14 +154,8 @@ func TestDeepHistory_CompactionUnderColdReadersGCAndKills(t *testing.T) {
 	silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force")
 	all := append(slices.Clone(ids), more...)
 	cold := archiverEnv(srv, filepath.Join(dir, "final"), remote)
-	lines := strings.Split(strings.TrimSpace(silt(t, "", cold, "archiver", "read", "--format", "text")), "\n")
-	if len(lines) != len(all) {
-		t.Fatalf("final cold read: %d entries, want %d", len(lines), len(all))
-	}
-	for j, id := range all {
-		if f := strings.Fields(lines[j]); f[0] != id {
-			t.Fatalf("final cold read: entry %d is %s, want %s", j, f[0], id)
-		}
+	if got := coldIDs(t, cold); !slices.Equal(got, all) {
+		t.Fatalf("final cold read: %d entries, want the %d appended, in order, once", len(got), len(all))
 	}
 	var ver struct {
 		Remote struct{ Commits, Entries, Collected int }
@@ -189,11 +187,7 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	}
 	want := append(slices.Clone(old[len(old)-10:]), recent...) // the 10 kept live, then the recent feed
 	cold := archiverEnv(srv, filepath.Join(dir, "cold"), remote)
-	lines := strings.Split(strings.TrimSpace(silt(t, "", cold, "archiver", "read", "--format", "text")), "\n")
-	var got []string
-	for _, l := range lines {
-		got = append(got, strings.Fields(l)[0])
-	}
+	got := coldIDs(t, cold)
 	// The 10 entries that stayed live were archived by the second run, after
 	// the pruned ones: they are recent segments and stay.
 	if !slices.Equal(got, want) {
@@ -220,11 +214,7 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	if ver.Remote.ChainStart == 0 {
 		t.Fatalf("verify after dropping old commits: %+v; want the chain to start at a checkpoint", ver.Remote)
 	}
-	got = nil
-	for _, l := range strings.Split(strings.TrimSpace(silt(t, "", archiverEnv(srv, filepath.Join(dir, "cold-3"), remote), "archiver", "read", "--format", "text")), "\n") {
-		got = append(got, strings.Fields(l)[0])
-	}
-	if !slices.Equal(got, want) {
+	if got = coldIDs(t, archiverEnv(srv, filepath.Join(dir, "cold-3"), remote)); !slices.Equal(got, want) {
 		t.Fatalf("cold read after dropping old commits: %d entries, want %d", len(got), len(want))
 	}
 }

@@ -174,19 +174,6 @@ func (v *Volume) nodeKey(dir string, lsn uint64, obj []byte) string {
 	return fmt.Sprintf("%s/%s/%s-%013d-%s", v.name, dir, lsnName(lsn), time.Now().UnixMilli(), hex.EncodeToString(sum[:]))
 }
 
-// nodeTime reads the creation time from a node key (zero if unreadable).
-func nodeTime(key string) time.Time {
-	parts := strings.Split(key[strings.LastIndexByte(key, '/')+1:], "-")
-	if len(parts) != 3 {
-		return time.Time{}
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}
-
 // sealed encodes a JSON value as one line followed by "sha256 <hex>".
 func sealed(x any) ([]byte, error) {
 	body, err := json.Marshal(x)

@@ -32,15 +32,6 @@ func deep(t *testing.T, n, every int) *counting {
 	return st
 }
 
-func (c *counting) reset() {
-	c.creates.Store(0)
-	c.gets.Store(0)
-	c.lists.Store(0)
-	c.fullLists.Store(0)
-}
-
-func (c *counting) requests() int64 { return c.creates.Load() + c.gets.Load() + c.lists.Load() }
-
 // A cold open (empty data directory) costs the same few requests whatever
 // the history's length: one LIST for the newest checkpoint key, its root,
 // and four to six GETs that find the newest commit after it (its tail
@@ -50,23 +41,23 @@ func TestCheckpoint_ColdOpenIsFlat(t *testing.T) {
 	for _, n := range []int{40, 400, 1500} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			st := deep(t, n, 0)
-			st.reset()
+			st.Reset()
 			v, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
 			if err != nil {
 				t.Fatal(err)
 			}
-			open := st.requests()
-			if v.Head() != uint64(n) || open > 8 || st.fullLists.Load() > 0 {
+			open := st.Requests()
+			if v.Head() != uint64(n) || open > 8 || st.FullLists.Load() > 0 {
 				t.Fatalf("cold open of %d commits: head %d, %d requests (%d gets, %d lists, %d of a whole prefix); want %d and <= 8, no whole list",
-					n, v.Head(), open, st.gets.Load(), st.lists.Load(), st.fullLists.Load(), n)
+					n, v.Head(), open, st.Gets.Load(), st.Lists.Load(), st.FullLists.Load(), n)
 			}
 			for _, no := range []uint64{1, uint64(n) / 2, uint64(n)} {
-				st.reset()
+				st.Reset()
 				if got := read(t, v, v.Head(), no); got != fmt.Sprint("page ", no) {
 					t.Fatalf("page %d = %q", no, got)
 				}
-				if st.requests() > 3 {
-					t.Fatalf("cold read of page %d: %d requests, want <= 3 (a branch, a leaf, a segment)", no, st.requests())
+				if st.Requests() > 3 {
+					t.Fatalf("cold read of page %d: %d requests, want <= 3 (a branch, a leaf, a segment)", no, st.Requests())
 				}
 			}
 			if got := v.Latest().Meta["n"]; got != fmt.Sprint(n) {
@@ -162,13 +153,13 @@ func TestCheckpoint_WarmReaderJumpsAndRebases(t *testing.T) {
 	for i := 301; i <= 600; i++ {
 		w.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil)
 	}
-	st.reset()
+	st.Reset()
 	r2, err := graft.Open(ctx, rdir, "vol", st)
 	if err != nil || r2.Head() != 600 {
 		t.Fatalf("warm reopen 300 commits behind: head %d, %v", r2.Head(), err)
 	}
-	if st.requests() > 9 || st.fullLists.Load() > 0 {
-		t.Fatalf("warm reopen 300 commits behind: %d requests (%d whole lists), want <= 9 (a cold open's and one GET checking the local head)", st.requests(), st.fullLists.Load())
+	if st.Requests() > 9 || st.FullLists.Load() > 0 {
+		t.Fatalf("warm reopen 300 commits behind: %d requests (%d whole lists), want <= 9 (a cold open's and one GET checking the local head)", st.Requests(), st.FullLists.Load())
 	}
 	if got := read(t, r2, 600, 333); got != "page 333" {
 		t.Fatalf("page 333 = %q", got)

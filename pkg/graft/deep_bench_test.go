@@ -157,24 +157,42 @@ func buildDeep(remote string, n int) error {
 	return os.WriteFile(done, nil, 0o644)
 }
 
-// countingStore counts every request.
-type countingStore struct {
+// CountingStore wraps a store and counts requests by kind (a test helper,
+// exported to the graft_test package through this test file).
+type CountingStore struct {
 	fence.Store
-	n atomic.Int64
+	Creates, Gets, Lists atomic.Int64
+	FullLists            atomic.Int64 // lists of a whole prefix (no limit)
 }
 
-func (c *countingStore) Create(ctx context.Context, k string, b []byte) error {
-	c.n.Add(1)
+func (c *CountingStore) Create(ctx context.Context, k string, b []byte) error {
+	c.Creates.Add(1)
 	return c.Store.Create(ctx, k, b)
 }
-func (c *countingStore) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
-	c.n.Add(1)
+
+func (c *CountingStore) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
+	c.Gets.Add(1)
 	return c.Store.Get(ctx, k, r)
 }
-func (c *countingStore) List(ctx context.Context, p, a string, l int) ([]string, error) {
-	c.n.Add(1)
-	return c.Store.List(ctx, p, a, l)
+
+func (c *CountingStore) List(ctx context.Context, p, a string, n int) ([]string, error) {
+	c.Lists.Add(1)
+	if n == 0 {
+		c.FullLists.Add(1)
+	}
+	return c.Store.List(ctx, p, a, n)
 }
+
+// Reset zeroes the counts.
+func (c *CountingStore) Reset() {
+	c.Creates.Store(0)
+	c.Gets.Store(0)
+	c.Lists.Store(0)
+	c.FullLists.Store(0)
+}
+
+// Requests is every request counted.
+func (c *CountingStore) Requests() int64 { return c.Creates.Load() + c.Gets.Load() + c.Lists.Load() }
 
 func runDeepChild(remote, mode string) (deepResult, error) {
 	var r deepResult
@@ -211,15 +229,15 @@ func TestDeepChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := &countingStore{Store: st}
+	cs := &CountingStore{Store: st}
 	ctx := context.Background()
 	start := time.Now()
 	v, err := OpenWith(ctx, t.TempDir(), "vol", cs, Options{KeepMeta: []string{"n"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := deepResult{Mode: mode, OpenRequests: cs.n.Load(), OpenMS: float64(time.Since(start).Microseconds()) / 1000}
-	cs.n.Store(0)
+	r := deepResult{Mode: mode, OpenRequests: cs.Requests(), OpenMS: float64(time.Since(start).Microseconds()) / 1000}
+	cs.Reset()
 	target := fmt.Sprintf("%012d", v.Head()/2)
 	for c, err := range v.Entries(ctx, func(m map[string]string) bool { return m["n"] < target }) {
 		if err != nil {
@@ -234,7 +252,7 @@ func TestDeepChild(t *testing.T) {
 		}
 		break
 	}
-	r.WindowRequests = cs.n.Load()
+	r.WindowRequests = cs.Requests()
 	if mode == "compact" {
 		count := func(dir string) int {
 			keys, err := st.List(ctx, "vol/"+dir+"/", "", 0)

@@ -523,7 +523,7 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 	}
 	deleted := 0
 	for _, k := range keys {
-		if referenced[k] || time.Since(segmentTime(k)) < grace {
+		if referenced[k] || time.Since(keyTime(k)) < grace {
 			continue
 		}
 		if err := v.store.Delete(ctx, k); err != nil {
@@ -651,7 +651,7 @@ func (v *Volume) gcCheckpoints(ctx context.Context, k kept, grace time.Duration)
 		nodes = append(nodes, keys...)
 	}
 	for _, key := range nodes {
-		if k.nodes[key] || time.Since(nodeTime(key)) < grace {
+		if k.nodes[key] || time.Since(keyTime(key)) < grace {
 			continue
 		}
 		if err := v.store.Delete(ctx, key); err != nil {
@@ -669,16 +669,17 @@ func (v *Volume) gcLocal(referenced map[string]bool, grace time.Duration) error 
 	}
 	for _, f := range files {
 		key := v.name + "/segments/" + f.Name()
-		if !referenced[key] && time.Since(segmentTime(key)) >= grace {
+		if !referenced[key] && time.Since(keyTime(key)) >= grace {
 			os.Remove(filepath.Join(v.dir, "segments", f.Name()))
 		}
 	}
 	return nil
 }
 
-// segmentTime reads the creation time from a segment key
-// <volume>/segments/<lsn>-<unix ms>-<writer>; an unreadable key is old.
-func segmentTime(key string) time.Time {
+// keyTime reads the creation time from a segment key
+// <volume>/segments/<lsn>-<unix ms>-<writer> or an index node key
+// <volume>/index/<lsn>-<unix ms>-<sha256>; an unreadable key is old.
+func keyTime(key string) time.Time {
 	parts := strings.Split(filepath.Base(key), "-")
 	if len(parts) != 3 {
 		return time.Time{}

@@ -18,27 +18,7 @@ import (
 )
 
 // counting wraps a store and counts requests by kind.
-type counting struct {
-	fence.Store
-	creates, gets, lists atomic.Int64
-	fullLists            atomic.Int64 // lists of a whole prefix (no limit)
-}
-
-func (c *counting) Create(ctx context.Context, k string, b []byte) error {
-	c.creates.Add(1)
-	return c.Store.Create(ctx, k, b)
-}
-func (c *counting) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, k, r)
-}
-func (c *counting) List(ctx context.Context, p, a string, n int) ([]string, error) {
-	c.lists.Add(1)
-	if n == 0 {
-		c.fullLists.Add(1)
-	}
-	return c.Store.List(ctx, p, a, n)
-}
+type counting = graft.CountingStore
 
 func newStore(t *testing.T) *fence.Local {
 	t.Helper()
@@ -118,29 +98,29 @@ func TestVolume_RequestsPerCommitAndNoListInSteadyState(t *testing.T) {
 	dir := t.TempDir()
 	v := openVolume(t, dir, st)
 	v.Commit(context.Background(), []graft.Page{{No: 1, Data: []byte("a")}}, nil)
-	st.creates.Store(0)
-	st.gets.Store(0)
-	st.lists.Store(0)
+	st.Creates.Store(0)
+	st.Gets.Store(0)
+	st.Lists.Store(0)
 	const commits = 20
 	for i := range commits {
 		if _, err := v.Commit(context.Background(), []graft.Page{{No: uint64(i + 2), Data: []byte("x")}}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	perCommit := float64(st.creates.Load()+st.gets.Load()+st.lists.Load()) / commits
-	t.Logf("requests per commit: %.2f (creates %d, gets %d, lists %d)", perCommit, st.creates.Load(), st.gets.Load(), st.lists.Load())
+	perCommit := float64(st.Creates.Load()+st.Gets.Load()+st.Lists.Load()) / commits
+	t.Logf("requests per commit: %.2f (creates %d, gets %d, lists %d)", perCommit, st.Creates.Load(), st.Gets.Load(), st.Lists.Load())
 	// Two objects per commit, and three per checkpoint (leaf, branch, root)
 	// every CheckpointEvery commits.
-	if perCommit > 2+3.0/graft.CheckpointEvery+0.01 || st.lists.Load() != 0 || st.gets.Load() != 0 {
-		t.Fatalf("%.2f requests per commit, %d lists, %d gets; want <= 2.2, 0 and 0", perCommit, st.lists.Load(), st.gets.Load())
+	if perCommit > 2+3.0/graft.CheckpointEvery+0.01 || st.Lists.Load() != 0 || st.Gets.Load() != 0 {
+		t.Fatalf("%.2f requests per commit, %d lists, %d gets; want <= 2.2, 0 and 0", perCommit, st.Lists.Load(), st.Gets.Load())
 	}
 	// Reopening with a local head asks for the newest checkpoint key (one
 	// LIST of one key) and probes forward; it never lists the commits.
-	st.lists.Store(0)
-	st.fullLists.Store(0)
+	st.Lists.Store(0)
+	st.FullLists.Store(0)
 	openVolume(t, dir, st)
-	if st.lists.Load() != 1 || st.fullLists.Load() != 0 {
-		t.Fatalf("reopen with a local head: %d lists, %d of a whole prefix; want 1 and 0", st.lists.Load(), st.fullLists.Load())
+	if st.Lists.Load() != 1 || st.FullLists.Load() != 0 {
+		t.Fatalf("reopen with a local head: %d lists, %d of a whole prefix; want 1 and 0", st.Lists.Load(), st.FullLists.Load())
 	}
 }
 
@@ -308,12 +288,12 @@ func TestVolume_LargeRemoteSegmentReadByRange(t *testing.T) {
 	}
 	r := openVolume(t, t.TempDir(), st)
 	r.CacheWholeBelow = 1000
-	st.gets.Store(0)
+	st.Gets.Store(0)
 	got := read(t, r, 1, archiveBase+42)
 	if got != string(bytes.Repeat([]byte{42}, 1000)) {
 		t.Fatal("wrong page")
 	}
-	if n := st.gets.Load(); n != 3 {
+	if n := st.Gets.Load(); n != 3 {
 		t.Fatalf("%d GETs for one page of a large remote segment, want 3 (trailer, index, page)", n)
 	}
 }
