@@ -80,6 +80,21 @@ func BenchmarkDeepHistory(b *testing.B) {
 	}
 }
 
+// vmHWM returns this process's peak resident set in KiB (0 if unknown).
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 type deepResult struct {
 	Mode           string  `json:"mode"`
 	Commits        int     `json:"commits"`
@@ -212,7 +227,11 @@ func runDeepChild(remote, mode string) (deepResult, error) {
 	if err := json.Unmarshal(line, &r); err != nil {
 		return r, fmt.Errorf("deep child %s: %w: %s", mode, err, out)
 	}
-	r.RSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	// The child's own high-water mark (VmHWM): its rusage maxrss would
+	// include the parent's, whose memory a vfork-style exec shares.
+	if r.RSS == 0 {
+		r.RSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	}
 	fmt.Fprintf(os.Stderr, "deep child %s: %s\n", mode, line)
 	return r, nil
 }
@@ -280,6 +299,7 @@ func TestDeepChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	r.RSS = vmHWM()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.HeapSysMiB, r.GoSysMiB = float64(ms.HeapSys)/(1<<20), float64(ms.Sys)/(1<<20)
