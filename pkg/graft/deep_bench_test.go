@@ -25,7 +25,8 @@ import (
 // discarded: only the remote is kept; superseded checkpoint nodes are
 // collected as the build goes, as gc would), then opened cold by child
 // processes that count their object requests and report their peak RSS;
-// then compacted (64 MiB target) and collected, and the objects counted.
+// then compacted (64 MiB target), collected (gc, then gc
+// --drop-old-commits) and the objects counted.
 //
 //	TMPDIR=/dev/shm SILT_DEEP_SIZES=1000,10000,100000,1000000 \
 //	  go test -run '^$' -bench DeepHistory -benchtime 1x -timeout 90m ./pkg/graft
@@ -71,7 +72,7 @@ func BenchmarkDeepHistory(b *testing.B) {
 		fmt.Printf("| %d | %s | %d | %.1f | %d | %d | %.1f | %.2f |\n", r.Commits, r.Mode, r.OpenRequests, r.OpenMS,
 			r.WindowRequests, 2*bits.Len(uint(r.Commits)), float64(r.RSS)/1024, float64(r.RSS)/float64(base[r.Mode]))
 	}
-	fmt.Printf("\n| commits | segment bytes | segments before | after compaction and gc: segments | commits | checkpoint objects | compaction s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| commits | segment bytes | segments before | after compaction and gc: segments | commit objects | checkpoint objects | compaction s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.Mode == "compact" {
 			fmt.Printf("| %d | %d | %d | %d | %d | %d | %.1f | %.1f |\n", r.Commits, r.SegmentBytes, r.SegmentsBefore, r.Segments,
@@ -289,6 +290,15 @@ func TestDeepChild(t *testing.T) {
 		r.CompactMS = float64(time.Since(start).Microseconds()) / 1000
 		if _, err := v.GC(ctx, 0, true); err != nil {
 			t.Fatal(err)
+		}
+		for { // gc --drop-old-commits, 100,000 a run
+			n, err := v.DropOldCommits(ctx, 0, true, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
 		}
 		r.Segments, r.CommitObjects = count("segments"), count("commits")
 		r.CheckpointObjects = count("checkpoints") + count("index") + count("branches")
