@@ -193,6 +193,10 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("cold read after the prune: %d entries (first %s), want %d (first %s)", len(got), got[0], len(want), want[0])
 	}
+	// A grace under a minute is refused without --force: a usage error.
+	if code, _, errOut := exitCode(t, env, "", "archiver", "gc", "--grace", "10s"); code != 2 || !strings.Contains(errOut, "--grace") {
+		t.Fatalf("gc --grace 10s: exit %d, %s; want a usage error naming --grace", code, errOut)
+	}
 	time.Sleep(1100 * time.Millisecond)
 	silt(t, "", env, "archiver", "gc", "--grace", "1s", "--force")
 	var ver struct {
