@@ -95,6 +95,22 @@ func pullCommand() *cli.Command {
 	}
 }
 
+func reindexCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "reindex",
+		Usage: "rebuild the checkpoint index from the commit chain (when verify names a corrupt index node)",
+		Flags: withArchive(),
+		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
+			lsn, err := a.Volume().RebuildIndex(c.Context)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "{\"checkpoint_lsn\":%d}\n", lsn)
+			return err
+		}),
+	}
+}
+
 func compactCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "compact",

@@ -202,7 +202,7 @@ func unseal(name string, obj []byte, x any) error {
 func (v *Volume) decodeNode(dir string, ref nodeRef, obj []byte, out any, count func() (children, entries int)) error {
 	sum := sha256.Sum256(obj)
 	if !strings.HasPrefix(ref.Key, v.name+"/"+dir+"/") || !strings.HasSuffix(ref.Key, "-"+hex.EncodeToString(sum[:])) {
-		return fmt.Errorf("checkpoint node %s: %w: content does not match its key", ref.Key, ErrCorrupt)
+		return fmt.Errorf("checkpoint node %s: %w: content does not match its key (repair: archiver reindex)", ref.Key, ErrCorrupt)
 	}
 	if err := unseal("checkpoint node "+ref.Key, obj, out); err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+
+	"github.com/silt-dev/silt/pkg/fence"
 )
 
 // Compaction merges the segments of adjacent small entries into one, so a
@@ -279,4 +281,31 @@ func (v *Volume) Prune(ctx context.Context, below uint64) (int, error) {
 		return n, fmt.Errorf("prune volume %s: checkpoint after prune commit %d: %w", v.name, c.LSN, err)
 	}
 	return n, nil
+}
+
+// RebuildIndex rebuilds the checkpoint index from the commit chain alone,
+// for an index that verify names corrupt (a leaf or branch is shared by
+// every later checkpoint, so a bad one would stay): it reads every commit
+// (the chain must be whole: not after DropOldCommits), replaces the root at
+// the head with one whose nodes are all written anew, and adopts it. It
+// holds every commit's entry in memory while it works. It returns the
+// LSN of the new checkpoint.
+func (v *Volume) RebuildIndex(ctx context.Context) (uint64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.base, v.tail = nil, nil
+	if err := v.readChainFrom(ctx, false); err != nil {
+		return 0, fmt.Errorf("rebuild index of volume %s: %w", v.name, err)
+	}
+	if len(v.tail) == 0 {
+		return 0, nil
+	}
+	// The root at the head may exist and name bad nodes: it goes first (a
+	// root is not a commit: the fence is on commits; a writer racing this
+	// one at the same LSN writes a root that names the same state).
+	key := v.checkpointKey(v.headLSN())
+	if err := v.store.Delete(ctx, key); err != nil && !errors.Is(err, fence.ErrNotFound) {
+		return 0, fmt.Errorf("rebuild index of volume %s: %w", v.name, err)
+	}
+	return v.checkpoint(ctx)
 }

@@ -592,7 +592,11 @@ func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool
 // readChain reads the whole remote commit chain: a volume with no local
 // state and no usable checkpoint. A missing commit is an error naming
 // every missing object and the repairs.
-func (v *Volume) readChain(ctx context.Context) error {
+func (v *Volume) readChain(ctx context.Context) error { return v.readChainFrom(ctx, true) }
+
+// readChainFrom is readChain; without rebase the checkpoints the commits
+// name are not adopted (RebuildIndex distrusts them).
+func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
 	if err != nil {
 		return fmt.Errorf("refresh volume %s: %w", v.name, err)
@@ -610,7 +614,9 @@ func (v *Volume) readChain(ctx context.Context) error {
 		if err := v.link(c); err != nil {
 			return err
 		}
-		v.rebase(ctx, c.Base)
+		if rebase {
+			v.rebase(ctx, c.Base)
+		}
 	}
 	return nil
 }
