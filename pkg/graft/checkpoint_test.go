@@ -369,3 +369,60 @@ func TestCheckpoint_RebuildIndexRepairsACorruptNode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A volume written before checkpoints existed (here: a writer that wrote
+// none) is read through its whole chain until a writer checkpoints it;
+// Checkpoint does that on its first call (an archive run calls it), and
+// cold opens are then flat.
+func TestCheckpoint_VolumeFromBeforeCheckpoints(t *testing.T) {
+	st := deep(t, 60, -1)
+	ctx := context.Background()
+	if keys, _ := st.List(ctx, "vol/checkpoints/", "", 0); len(keys) != 0 {
+		t.Fatalf("%d checkpoints written by a writer told to write none", len(keys))
+	}
+	st.Reset()
+	legacy, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil || legacy.Head() != 60 || st.FullLists.Load() != 1 || st.Gets.Load() < 60 {
+		t.Fatalf("open without a checkpoint: head %d, %v, %d whole lists, %d gets; want the chain read", legacy.Head(), err, st.FullLists.Load(), st.Gets.Load())
+	}
+	if lsn, err := legacy.Checkpoint(ctx, false); err != nil || lsn != 60 {
+		t.Fatalf("first checkpoint of an old volume: %d %v", lsn, err)
+	}
+	st.Reset()
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil || cold.Head() != 60 || st.Requests() > 8 || st.FullLists.Load() != 0 {
+		t.Fatalf("cold open after the first checkpoint: head %d, %v, %d requests", cold.Head(), err, st.Requests())
+	}
+	if got := read(t, cold, 60, 33); got != "page 33" {
+		t.Fatalf("page 33 = %q", got)
+	}
+}
+
+// A writer that writes no checkpoints stops carrying a tail past maxTail
+// (256 entries): commit objects stay small, and a cold open after a late
+// checkpoint still finds every commit.
+func TestCheckpoint_TailIsBounded(t *testing.T) {
+	st := deep(t, 270, -1)
+	ctx := context.Background()
+	obj, err := st.Get(ctx, "vol/commits/00000000000000000270", fence.Range{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(obj) > 4096 {
+		t.Fatalf("commit 270 of a writer without checkpoints is %d bytes: its tail was not bounded", len(obj))
+	}
+	w, _ := graft.Open(ctx, t.TempDir(), "vol", st)
+	if _, err := w.Checkpoint(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(271); i <= 290; i++ {
+		w.Commit(ctx, []graft.Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil)
+	}
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil || cold.Head() != 290 {
+		t.Fatalf("cold open: head %d, %v", cold.Head(), err)
+	}
+	if got := read(t, cold, 290, 150); got != "page 150" {
+		t.Fatalf("page 150 = %q", got)
+	}
+}

@@ -315,6 +315,10 @@ func (v *Volume) loadFiles() error {
 	}
 }
 
+// maxTail bounds the entries a commit carries (16 times the default
+// checkpoint interval).
+const maxTail = 16 * CheckpointEvery
+
 // ErrForeignRemote: the local files and the remote hold different
 // histories of the volume (another remote, or a remote that lost commits).
 var ErrForeignRemote = errors.New("local volume and remote disagree")
@@ -752,10 +756,15 @@ func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string
 		Ranges: rangesOf(pages), Pages: uint64(len(pages)), Meta: meta, Writer: v.writer, Time: now,
 		Prev: v.headHash(), Base: v.baseLSN(),
 	}
-	if c.Base > 0 || len(v.tail) > 0 {
+	// The tail is bounded: a writer whose checkpoints keep failing (or that
+	// writes none) stops carrying one, and opens then probe commit by
+	// commit from the newest checkpoint, as they would without tails.
+	if (c.Base > 0 || len(v.tail) > 0) && len(v.tail) <= maxTail {
 		for _, t := range v.tail {
 			c.Tail = append(c.Tail, entryOf(t, v.KeepMeta))
 		}
+	} else {
+		c.Base = 0
 	}
 	return c
 }
