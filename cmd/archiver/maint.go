@@ -35,6 +35,16 @@ func statusCommand() *cli.Command {
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "stream\t%s\nvolume\t%s\nwatermark W\t%s\nlast LSN\t%d\n", st.Stream, st.Volume, st.W, st.LSN)
+			switch r := st.PolicyLastRun; {
+			case st.Policy == nil:
+				fmt.Fprintf(tw, "retention policy\tnone declared (archiver policy set)\n")
+			case r == nil:
+				fmt.Fprintf(tw, "retention policy\t%s, never ran\n", st.Policy)
+			case r.Error != "":
+				fmt.Fprintf(tw, "retention policy\t%s, last ran %s and failed: %s\n", st.Policy, r.At.Format(time.RFC3339), r.Error)
+			default:
+				fmt.Fprintf(tw, "retention policy\t%s, last ran %s: archived %d, trimmed %d\n", st.Policy, r.At.Format(time.RFC3339), r.Archived, r.Trimmed)
+			}
 			fmt.Fprintf(tw, "archived\t%d entries, %d bytes (%d malformed, archived as they are)\n", st.Archived, st.ArchivedBytes, st.Malformed)
 			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
 			fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)

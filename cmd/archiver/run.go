@@ -32,16 +32,24 @@ func policyFlags() []cli.Flag {
 }
 
 func parsePolicy(c *cli.Context) (archive.Policy, error) {
-	p := archive.Policy{KeepLast: c.Int64("keep-last"), KeepFor: c.Duration("keep-for")}
-	switch {
-	case p.KeepLast < 0:
-		return p, clix.Usagef("--keep-last", "must not be negative, got %d", p.KeepLast)
-	case p.KeepFor < 0:
-		return p, clix.Usagef("--keep-for", "must not be negative, got %s", p.KeepFor)
-	case p.KeepLast == 0 && p.KeepFor == 0:
+	p, given, err := flagPolicy(c)
+	if err == nil && !given {
 		return p, clix.Usagef("--keep-last", "give a retention policy: --keep-last N and/or --keep-for D")
 	}
-	return p, nil
+	return p, err
+}
+
+// flagPolicy reads --keep-last and --keep-for; given is false when neither
+// is set (a run then applies the streams' declared policies).
+func flagPolicy(c *cli.Context) (p archive.Policy, given bool, err error) {
+	p = archive.Policy{KeepLast: c.Int64("keep-last"), KeepFor: c.Duration("keep-for")}
+	switch {
+	case p.KeepLast < 0:
+		return p, false, clix.Usagef("--keep-last", "must not be negative, got %d", p.KeepLast)
+	case p.KeepFor < 0:
+		return p, false, clix.Usagef("--keep-for", "must not be negative, got %s", p.KeepFor)
+	}
+	return p, p.KeepLast > 0 || p.KeepFor > 0, nil
 }
 
 func runCommand() *cli.Command {
@@ -92,12 +100,16 @@ type streamResult struct {
 	Queue  string `json:"queue"`
 	Stream string `json:"stream"`
 	Group  string `json:"dead_letters_of,omitempty"`
+	// Policy says what the run applied: "declared" (the stream's declared
+	// policy), "declared, trim only", "flags" (the command line's), or
+	// "none: undeclared" for a stream left alone.
+	Policy string `json:"policy"`
 	archive.Result
 	Error string `json:"error,omitempty"`
 }
 
 func runAction(c *cli.Context) error {
-	p, err := parsePolicy(c)
+	p, _, err := flagPolicy(c)
 	if err != nil {
 		return err
 	}
@@ -191,11 +203,44 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
 }
 
 func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progress) streamResult {
-	r := streamResult{Queue: t.Queue, Stream: t.Stream, Group: t.Dead}
+	r := streamResult{Queue: t.Queue, Stream: t.Stream, Group: t.Dead, Policy: "flags"}
 	ks, err := stream.NewKeyspace(e.target.Keyspace.Prefix, t.Queue)
 	if err != nil {
 		r.Error = err.Error()
 		return r
+	}
+	// The stream's declared policy (dead letters declare none): applied
+	// when the command line gives none; the command line's applies to a
+	// stream that declares none; a conflict between them is an error.
+	given := p.KeepLast > 0 || p.KeepFor > 0
+	var d archive.Declared
+	declared := false
+	if t.Dead == "" {
+		if d, declared, err = archive.DeclaredPolicy(c.Context, e.rdb, ks, t.Stream); err != nil {
+			r.Error = err.Error()
+			return r
+		}
+	}
+	flags := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: true}
+	switch {
+	case declared && given && !d.Same(flags):
+		r.Error = fmt.Sprintf("%s declares %s; the command line says %s: remove the flags to apply the declared policy, "+
+			"or change it with archiver policy set", ks.Stream(t.Stream), d, flags)
+		return r
+	case !declared && !given && c.Bool("all"):
+		r.Policy = "none: undeclared"
+		return r
+	case !declared && !given:
+		r.Error = fmt.Sprintf("%s declares no retention policy: give --keep-last N and/or --keep-for D, or declare one with archiver policy set", ks.Stream(t.Stream))
+		return r
+	case declared && !d.Archive:
+		r.Policy = "declared, trim only"
+		if r.Trimmed, err = e.trimOnly(c.Context, ks, t.Stream, d); err != nil {
+			r.Error = err.Error()
+		}
+		return r
+	case declared:
+		r.Policy = "declared"
 	}
 	a, err := e.openArchiveIn(c.Context, ks, t.Stream, t.Dead)
 	if err != nil {
@@ -209,16 +254,42 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.HistoryKeepFor = c.Duration("archive-keep-for")
 	a.Failpoint = failpointFromEnv()
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
-	r.Result, err = a.Run(c.Context, p, func(res archive.Result) {
+	progress := func(res archive.Result) {
 		bar.update(t.String(), res)
 		// Return each slice's garbage to the OS: a long run's peak RSS then
 		// stays that of one slice instead of creeping up with run length.
 		debug.FreeOSMemory()
-	})
+	}
+	if declared {
+		r.Result, err = a.Apply(c.Context, d, progress)
+	} else {
+		r.Result, err = a.Run(c.Context, p, progress)
+	}
 	if err != nil && c.Context.Err() == nil {
 		r.Error = err.Error()
 	}
 	return r
+}
+
+// trimOnly applies a declared trim-only policy and records the run.
+func (e *env) trimOnly(ctx context.Context, ks stream.Keyspace, name string, d archive.Declared) (int64, error) {
+	kind, err := clix.ResolveKind(ctx, e.rdb, clix.Target{Keyspace: ks, Kind: e.target.Kind}, name, false)
+	if err != nil {
+		return 0, err
+	}
+	l, err := stream.NewLog(e.rdb, ks, name, kind)
+	if err != nil {
+		return 0, err
+	}
+	n, err := archive.TrimOnly(ctx, l, d.Policy, d.Exact)
+	run := archive.PolicyRun{At: time.Now().UTC(), Trimmed: n}
+	if err != nil {
+		run.Error = err.Error()
+	}
+	if rerr := archive.RecordPolicyRun(context.WithoutCancel(ctx), e.rdb, ks, name, run); err == nil && rerr != nil {
+		err = rerr
+	}
+	return n, err
 }
 
 // findTargets returns the --stream list, or with --all every stream and

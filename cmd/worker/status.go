@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -44,20 +45,58 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	full := statusWithPolicy{StreamStatus: st}
+	if d, ok, err := archive.DeclaredPolicy(c.Context, sess.Redis, target.Keyspace, target.Stream); err != nil {
+		return err
+	} else if ok {
+		full.Policy = &d
+	}
+	if r, ok, err := archive.LastPolicyRun(c.Context, sess.Redis, target.Keyspace, target.Stream); err != nil {
+		return err
+	} else if ok {
+		full.PolicyLastRun = &r
+	}
 	if c.Bool("json") {
-		b, err := json.MarshalIndent(st, "", "  ")
+		b, err := json.MarshalIndent(full, "", "  ")
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 		return err
 	}
-	return printStatus(c.App.Writer, st)
+	return printStatus(c.App.Writer, full)
 }
 
-func printStatus(w io.Writer, st stream.StreamStatus) error {
+// statusWithPolicy is the stream's status with its declared retention
+// policy and that policy's last run (archiver policy set, archiver run).
+type statusWithPolicy struct {
+	stream.StreamStatus
+	Policy        *archive.Declared  `json:"policy,omitempty"`
+	PolicyLastRun *archive.PolicyRun `json:"policy_last_run,omitempty"`
+}
+
+// policyLines says a declared policy and its last run, for status tables.
+func policyLines(d *archive.Declared, r *archive.PolicyRun) string {
+	if d == nil {
+		return "retention policy\tnone declared (archiver policy set)\n"
+	}
+	s := fmt.Sprintf("retention policy\t%s (declared %s)\n", d, d.At.Format(time.RFC3339))
+	switch {
+	case r == nil:
+		s += "policy last ran\tnever\n"
+	case r.Error != "":
+		s += fmt.Sprintf("policy last ran\t%s, failed: %s\n", r.At.Format(time.RFC3339), r.Error)
+	default:
+		s += fmt.Sprintf("policy last ran\t%s: archived %d, trimmed %d\n", r.At.Format(time.RFC3339), r.Archived, r.Trimmed)
+	}
+	return s
+}
+
+func printStatus(w io.Writer, full statusWithPolicy) error {
+	st := full.StreamStatus
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "stream\t%s\n", st.Key)
+	fmt.Fprint(tw, policyLines(full.Policy, full.PolicyLastRun))
 	fmt.Fprintf(tw, "length (XLEN)\t%d\n", st.Length)
 	fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
 	fmt.Fprintf(tw, "first / last id\t%s / %s\n", orNone(st.FirstID), orNone(st.LastID))

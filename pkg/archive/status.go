@@ -32,7 +32,11 @@ type Status struct {
 	RemoteBytes      int64   `json:"remote_bytes"`   // live segments (after compaction and history retention)
 	Segments         int64   `json:"segments"`       // live segments
 	CheckpointLSN    uint64  `json:"checkpoint_lsn"` // the newest checkpoint this handle uses (0: none yet)
-	LocalBytes       int64   `json:"local_bytes"`    // files under the volume's local directory
+	// Policy is the stream's declared retention policy, PolicyLastRun its
+	// last application (nil: none declared, never ran).
+	Policy        *Declared  `json:"policy,omitempty"`
+	PolicyLastRun *PolicyRun `json:"policy_last_run,omitempty"`
+	LocalBytes    int64      `json:"local_bytes"` // files under the volume's local directory
 }
 
 // Status reports the watermark, counts and completeness: entries-added must
@@ -79,6 +83,19 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.Recreated, s.LostOutside = true, 0
 	}
 	s.Complete = s.LostOutside == 0 && !s.Recreated
+	if a.log.DeadGroup() == "" {
+		rdb, ks, name := a.log.Client(), a.log.Keyspace(), a.log.Name()
+		if d, ok, err := DeclaredPolicy(ctx, rdb, ks, name); err != nil {
+			return s, err
+		} else if ok {
+			s.Policy = &d
+		}
+		if r, ok, err := LastPolicyRun(ctx, rdb, ks, name); err != nil {
+			return s, err
+		} else if ok {
+			s.PolicyLastRun = &r
+		}
+	}
 	vs := a.vol.Stats()
 	s.RemoteBytes, s.Segments, s.CheckpointLSN = vs.Bytes, vs.Entries, vs.Base
 	filepath.WalkDir(filepath.Join(dataDir, a.vol.Name()), func(_ string, d fs.DirEntry, err error) error {

@@ -113,6 +113,14 @@ func (k Keyspace) Attempts(stream, group string) string {
 // the kind of branded id it holds, recorded by its first append.
 func (k Keyspace) Kinds() string { return k.base() + "kinds" }
 
+// Policies returns the key of the queue's hash of declared retention
+// policies: stream name to the policy (JSON), set by `archiver policy set`.
+func (k Keyspace) Policies() string { return k.base() + "policies" }
+
+// PolicyRuns returns the key of the queue's hash of the last application of
+// each stream's declared policy: stream name to its outcome (JSON).
+func (k Keyspace) PolicyRuns() string { return k.base() + "policy-runs" }
+
 // Archived returns the key of what Redis records of a stream's archive
 // (deadGroup "" for the stream itself, else of that group's dead letters).
 func (k Keyspace) Archived(stream, deadGroup string) string {

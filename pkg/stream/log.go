@@ -95,6 +95,9 @@ func (l *Log) Name() string { return l.name }
 // Keyspace returns the keyspace the stream lives in.
 func (l *Log) Keyspace() Keyspace { return l.ks }
 
+// Client returns the Redis client the log uses.
+func (l *Log) Client() Client { return l.rdb }
+
 // DeadLetters returns the log of group's dead-letter stream, of the same kind.
 func (l *Log) DeadLetters(group string) (*Log, error) {
 	if err := ValidateName("group", group); err != nil {

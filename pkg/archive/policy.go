@@ -1,0 +1,229 @@
+package archive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// A stream declares its retention policy in its queue's keyspace
+// (stream.Keyspace.Policies), so every tool and every host applies the same
+// one; `archiver run --all` applies each stream's and leaves the streams
+// that declare none alone. The outcome of each application is recorded
+// beside it (stream.Keyspace.PolicyRuns).
+
+// Declared is a stream's declared retention policy.
+type Declared struct {
+	Policy
+	// Exact trims exactly (XTRIM =) instead of approximately.
+	Exact bool
+	// Archive archives before it trims; false trims only (what goes is gone).
+	Archive bool
+	// At is when the policy was declared.
+	At time.Time
+}
+
+// declaredJSON is how a policy is stored.
+type declaredJSON struct {
+	KeepLast int64     `json:"keep_last,omitempty"`
+	KeepFor  string    `json:"keep_for,omitempty"`
+	Exact    bool      `json:"exact,omitempty"`
+	Archive  bool      `json:"archive"`
+	At       time.Time `json:"declared_at"`
+}
+
+// MarshalJSON writes keep_for as a duration string ("24h0m0s").
+func (d Declared) MarshalJSON() ([]byte, error) {
+	j := declaredJSON{KeepLast: d.KeepLast, Exact: d.Exact, Archive: d.Archive, At: d.At}
+	if d.KeepFor > 0 {
+		j.KeepFor = d.KeepFor.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (d *Declared) UnmarshalJSON(b []byte) error {
+	var j declaredJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*d = Declared{Policy: Policy{KeepLast: j.KeepLast}, Exact: j.Exact, Archive: j.Archive, At: j.At}
+	if j.KeepFor != "" {
+		var err error
+		if d.KeepFor, err = time.ParseDuration(j.KeepFor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String says the policy as the flags that declare it.
+func (d Declared) String() string {
+	s := ""
+	if d.KeepLast > 0 {
+		s += fmt.Sprintf("--keep-last %d ", d.KeepLast)
+	}
+	if d.KeepFor > 0 {
+		s += fmt.Sprintf("--keep-for %s ", d.KeepFor)
+	}
+	if d.Exact {
+		s += "--exact "
+	}
+	if d.Archive {
+		return s + "--archive"
+	}
+	return s + "--no-archive"
+}
+
+// Same reports whether two policies say the same (their times aside).
+func (d Declared) Same(o Declared) bool {
+	return d.Policy == o.Policy && d.Exact == o.Exact && d.Archive == o.Archive
+}
+
+// Declare records stream name's policy in ks (replacing what was declared).
+// A policy that sets neither KeepLast nor KeepFor is ErrNoPolicy.
+func Declare(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string, d Declared) error {
+	if err := stream.ValidateName("stream", name); err != nil {
+		return err
+	}
+	if d.KeepLast < 0 || d.KeepFor < 0 || d.KeepLast == 0 && d.KeepFor == 0 {
+		return fmt.Errorf("declare the policy of %s: %w", ks.Stream(name), ErrNoPolicy)
+	}
+	if d.At.IsZero() {
+		d.At = time.Now().UTC()
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	if err := rdb.HSet(ctx, ks.Policies(), name, b).Err(); err != nil {
+		return fmt.Errorf("declare the policy of %s: %w", ks.Stream(name), err)
+	}
+	return nil
+}
+
+// DeclaredPolicy returns stream name's declared policy; ok is false when it
+// declares none.
+func DeclaredPolicy(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (d Declared, ok bool, err error) {
+	b, err := rdb.HGet(ctx, ks.Policies(), name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("policy of %s: %w", ks.Stream(name), err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, false, fmt.Errorf("policy of %s: %q: %w", ks.Stream(name), b, err)
+	}
+	return d, true, nil
+}
+
+// DeclaredPolicies returns every policy declared in ks, by stream name.
+func DeclaredPolicies(ctx context.Context, rdb stream.Client, ks stream.Keyspace) (map[string]Declared, error) {
+	m, err := rdb.HGetAll(ctx, ks.Policies()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("policies of queue %s: %w", ks.Queue, err)
+	}
+	out := make(map[string]Declared, len(m))
+	for name, b := range m {
+		var d Declared
+		if err := json.Unmarshal([]byte(b), &d); err != nil {
+			return nil, fmt.Errorf("policy of %s: %q: %w", ks.Stream(name), b, err)
+		}
+		out[name] = d
+	}
+	return out, nil
+}
+
+// Undeclare removes stream name's policy; ok is false when it had none.
+func Undeclare(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (ok bool, err error) {
+	n, err := rdb.HDel(ctx, ks.Policies(), name).Result()
+	if err != nil {
+		return false, fmt.Errorf("remove the policy of %s: %w", ks.Stream(name), err)
+	}
+	rdb.HDel(ctx, ks.PolicyRuns(), name)
+	return n == 1, nil
+}
+
+// PolicyRun is the outcome of one application of a declared policy.
+type PolicyRun struct {
+	At       time.Time `json:"at"`
+	Archived int64     `json:"archived"`
+	Trimmed  int64     `json:"trimmed"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// RecordPolicyRun records the last application of stream name's policy.
+func RecordPolicyRun(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string, r PolicyRun) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return rdb.HSet(ctx, ks.PolicyRuns(), name, b).Err()
+}
+
+// LastPolicyRun returns the last recorded application of stream name's
+// policy; ok is false when none is recorded.
+func LastPolicyRun(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (r PolicyRun, ok bool, err error) {
+	b, err := rdb.HGet(ctx, ks.PolicyRuns(), name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, err
+	}
+	return r, true, json.Unmarshal(b, &r)
+}
+
+// TrimOnly applies a policy without archiving (a stream whose history is
+// not worth keeping): what it removes is gone for good. It returns how many
+// entries it removed.
+func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (int64, error) {
+	if p.KeepLast <= 0 && p.KeepFor <= 0 {
+		return 0, ErrNoPolicy
+	}
+	var removed int64
+	if p.KeepLast > 0 {
+		n, err := l.TrimMaxLen(ctx, p.KeepLast, exact)
+		if err != nil {
+			return removed, err
+		}
+		removed += n
+	}
+	if p.KeepFor > 0 {
+		n, err := l.TrimBefore(ctx, time.Now().Add(-p.KeepFor), exact)
+		if err != nil {
+			return removed, err
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// Apply applies a declared policy to the archive's stream: archive then
+// trim, or trim only, and records the outcome beside the policy. The
+// archive's Exact is set from the policy.
+func (a *Archive) Apply(ctx context.Context, d Declared, progress Progress) (Result, error) {
+	var res Result
+	var err error
+	if d.Archive {
+		a.Exact = d.Exact
+		res, err = a.Run(ctx, d.Policy, progress)
+	} else {
+		res.Trimmed, err = TrimOnly(ctx, a.log, d.Policy, d.Exact)
+	}
+	run := PolicyRun{At: time.Now().UTC(), Archived: res.Archived, Trimmed: res.Trimmed}
+	if err != nil {
+		run.Error = err.Error()
+	}
+	if rerr := RecordPolicyRun(context.WithoutCancel(ctx), a.log.Client(), a.log.Keyspace(), a.log.Name(), run); err == nil && rerr != nil {
+		err = fmt.Errorf("record the run of the policy of %s: %w", a.log.Key(), rerr)
+	}
+	return res, err
+}
