@@ -78,9 +78,9 @@ type statusWithPolicy struct {
 // policyLines says a declared policy and its last run, for status tables.
 func policyLines(d *archive.Declared, r *archive.PolicyRun) string {
 	if d == nil {
-		return "retention policy\tnone declared (archiver policy set)\n"
+		return "policy\tnone declared (archiver policy set)\n"
 	}
-	s := fmt.Sprintf("retention policy\t%s (declared %s)\n", d, d.At.Format(time.RFC3339))
+	s := fmt.Sprintf("policy\t%s (declared %s)\n", d, d.At.Format(time.RFC3339))
 	switch {
 	case r == nil:
 		s += "policy last ran\tnever\n"
