@@ -194,23 +194,11 @@ func trimCommand() *cli.Command {
 				return err
 			}
 			defer sess.Close()
-			l := sess.Log
-			var removed int64
-			if p.KeepLast > 0 {
-				n, err := l.TrimMaxLen(c.Context, p.KeepLast, c.Bool("exact"))
-				if err != nil {
-					return err
-				}
-				removed += n
+			removed, err := archive.TrimOnly(c.Context, sess.Log, p, c.Bool("exact"))
+			if err != nil {
+				return err
 			}
-			if p.KeepFor > 0 {
-				n, err := l.TrimBefore(c.Context, time.Now().Add(-p.KeepFor), c.Bool("exact"))
-				if err != nil {
-					return err
-				}
-				removed += n
-			}
-			_, err = fmt.Fprintf(c.App.Writer, "{\"stream\":%q,\"removed_for_good\":%d}\n", l.Key(), removed)
+			_, err = fmt.Fprintf(c.App.Writer, "{\"stream\":%q,\"removed_for_good\":%d}\n", sess.Log.Key(), removed)
 			return err
 		},
 	}

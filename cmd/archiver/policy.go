@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
@@ -27,11 +28,7 @@ func policyCommand() *cli.Command {
 					&cli.BoolFlag{Name: "archive", Value: true, Usage: "archive before trimming (the default)"},
 					&cli.BoolFlag{Name: "no-archive", Usage: "trim only: what the policy removes is gone for good"},
 				)...),
-				Action: func(c *cli.Context) error {
-					t, err := clix.ParseTarget(c)
-					if err != nil {
-						return err
-					}
+				Action: onPolicy(true, func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error {
 					p, err := parsePolicy(c)
 					if err != nil {
 						return err
@@ -39,32 +36,18 @@ func policyCommand() *cli.Command {
 					if c.IsSet("archive") && c.Bool("no-archive") {
 						return clix.Usagef("--no-archive", "give --archive or --no-archive, not both")
 					}
-					rdb, err := clix.OpenRedis(c.Context, c)
-					if err != nil {
-						return err
-					}
-					defer rdb.Close()
 					d := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: !c.Bool("no-archive")}
 					if err := archive.Declare(c.Context, rdb, t.Keyspace, t.Stream, d); err != nil {
 						return err
 					}
 					return printPolicy(c, t.Keyspace.Stream(t.Stream), t.Stream, &d, nil)
-				},
+				}),
 			},
 			{
 				Name:  "ls",
 				Usage: "list the queue's declared policies and when each last ran",
 				Flags: clix.CommonFlags(),
-				Action: func(c *cli.Context) error {
-					t, err := clix.ParseQueue(c)
-					if err != nil {
-						return err
-					}
-					rdb, err := clix.OpenRedis(c.Context, c)
-					if err != nil {
-						return err
-					}
-					defer rdb.Close()
+				Action: onPolicy(false, func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error {
 					all, err := archive.DeclaredPolicies(c.Context, rdb, t.Keyspace)
 					if err != nil {
 						return err
@@ -84,22 +67,13 @@ func policyCommand() *cli.Command {
 						}
 					}
 					return nil
-				},
+				}),
 			},
 			{
 				Name:  "rm",
 				Usage: "remove --stream's declared policy (archiver run --all then leaves the stream alone)",
 				Flags: clix.CommonFlags(),
-				Action: func(c *cli.Context) error {
-					t, err := clix.ParseTarget(c)
-					if err != nil {
-						return err
-					}
-					rdb, err := clix.OpenRedis(c.Context, c)
-					if err != nil {
-						return err
-					}
-					defer rdb.Close()
+				Action: onPolicy(true, func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error {
 					ok, err := archive.Undeclare(c.Context, rdb, t.Keyspace, t.Stream)
 					if err != nil {
 						return err
@@ -108,9 +82,30 @@ func policyCommand() *cli.Command {
 						return fmt.Errorf("%s declares no policy", t.Keyspace.Stream(t.Stream))
 					}
 					return printPolicy(c, t.Keyspace.Stream(t.Stream), t.Stream, nil, nil)
-				},
+				}),
 			},
 		},
+	}
+}
+
+// onPolicy parses the queue (and --stream, with stream) and opens Redis
+// around fn.
+func onPolicy(stream bool, fn func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		parse := clix.ParseQueue
+		if stream {
+			parse = clix.ParseTarget
+		}
+		t, err := parse(c)
+		if err != nil {
+			return err
+		}
+		rdb, err := clix.OpenRedis(c.Context, c)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		return fn(c, t, rdb)
 	}
 }
 

@@ -281,15 +281,7 @@ func (e *env) trimOnly(ctx context.Context, ks stream.Keyspace, name string, d a
 	if err != nil {
 		return 0, err
 	}
-	n, err := archive.TrimOnly(ctx, l, d.Policy, d.Exact)
-	run := archive.PolicyRun{At: time.Now().UTC(), Trimmed: n}
-	if err != nil {
-		run.Error = err.Error()
-	}
-	if rerr := archive.RecordPolicyRun(context.WithoutCancel(ctx), e.rdb, ks, name, run); err == nil && rerr != nil {
-		err = rerr
-	}
-	return n, err
+	return archive.ApplyTrimOnly(ctx, l, d)
 }
 
 // findTargets returns the --stream list, or with --all every stream and

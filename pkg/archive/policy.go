@@ -210,20 +210,31 @@ func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (int64, 
 // trim, or trim only, and records the outcome beside the policy. The
 // archive's Exact is set from the policy.
 func (a *Archive) Apply(ctx context.Context, d Declared, progress Progress) (Result, error) {
-	var res Result
-	var err error
-	if d.Archive {
-		a.Exact = d.Exact
-		res, err = a.Run(ctx, d.Policy, progress)
-	} else {
-		res.Trimmed, err = TrimOnly(ctx, a.log, d.Policy, d.Exact)
+	if !d.Archive {
+		n, err := ApplyTrimOnly(ctx, a.log, d)
+		return Result{Trimmed: n}, err
 	}
-	run := PolicyRun{At: time.Now().UTC(), Archived: res.Archived, Trimmed: res.Trimmed}
+	a.Exact = d.Exact
+	res, err := a.Run(ctx, d.Policy, progress)
+	return res, recordRun(ctx, a.log, PolicyRun{Archived: res.Archived, Trimmed: res.Trimmed}, err)
+}
+
+// ApplyTrimOnly applies a declared trim-only policy to l's stream (no
+// archive is needed) and records the outcome beside the policy.
+func ApplyTrimOnly(ctx context.Context, l *stream.Log, d Declared) (int64, error) {
+	n, err := TrimOnly(ctx, l, d.Policy, d.Exact)
+	return n, recordRun(ctx, l, PolicyRun{Trimmed: n}, err)
+}
+
+// recordRun records one application of l's policy and returns err, or the
+// recording's error when the application succeeded.
+func recordRun(ctx context.Context, l *stream.Log, run PolicyRun, err error) error {
+	run.At = time.Now().UTC()
 	if err != nil {
 		run.Error = err.Error()
 	}
-	if rerr := RecordPolicyRun(context.WithoutCancel(ctx), a.log.Client(), a.log.Keyspace(), a.log.Name(), run); err == nil && rerr != nil {
-		err = fmt.Errorf("record the run of the policy of %s: %w", a.log.Key(), rerr)
+	if rerr := RecordPolicyRun(context.WithoutCancel(ctx), l.Client(), l.Keyspace(), l.Name(), run); err == nil && rerr != nil {
+		return fmt.Errorf("record the run of the policy of %s: %w", l.Key(), rerr)
 	}
-	return res, err
+	return err
 }

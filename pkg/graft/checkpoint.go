@@ -376,30 +376,16 @@ type (
 	}
 )
 
-func spanOf(ref *nodeRef, lo, hi func() (uint64, bool)) (uint64, uint64) {
-	if ref != nil {
-		return ref.Lo, ref.Hi
-	}
-	l, ok := lo()
-	h, _ := hi()
-	if !ok {
-		return 1, 0 // empty: overlaps nothing
-	}
-	return l, h
-}
-
+// span is the page span of a chunk's entries (1, 0 when it has none: it
+// overlaps nothing).
 func (c *lchunk) span() (uint64, uint64) {
-	return spanOf(c.ref, func() (uint64, bool) {
-		if len(c.entries) == 0 {
-			return 0, false
-		}
-		return c.entries[0].lo(), true
-	}, func() (uint64, bool) {
-		if len(c.entries) == 0 {
-			return 0, false
-		}
-		return c.entries[len(c.entries)-1].hi(), true
-	})
+	switch {
+	case c.ref != nil:
+		return c.ref.Lo, c.ref.Hi
+	case len(c.entries) == 0:
+		return 1, 0
+	}
+	return c.entries[0].lo(), c.entries[len(c.entries)-1].hi()
 }
 
 func (c *bchunk) span() (uint64, uint64) {
@@ -674,15 +660,11 @@ func (x *index) pack() ([]nodeRef, error) {
 	return out, flushLeaves()
 }
 
-// summary returns the ref of a node of n children holding entries
-// first..last, before its key and size are known.
-func summary(children int, first, last Entry) nodeRef {
-	return nodeRef{Children: children, Lo: first.lo(), Hi: last.hi(), FirstLSN: first.LSN, LastLSN: last.LSN, Last: last.Meta}
-}
-
+// putLeaf and putBranch upload a node and return its ref, which
+// summarises it for the searches of its parent.
 func (x *index) putLeaf(entries []Entry) (nodeRef, error) {
-	ref := summary(len(entries), entries[0], entries[len(entries)-1])
-	ref.Entries = len(entries)
+	first, last := entries[0], entries[len(entries)-1]
+	ref := nodeRef{Children: len(entries), Entries: len(entries), Lo: first.lo(), Hi: last.hi(), FirstLSN: first.LSN, LastLSN: last.LSN, Last: last.Meta}
 	for _, e := range entries {
 		ref.Lo, ref.Hi, ref.Bytes = min(ref.Lo, e.lo()), max(ref.Hi, e.hi()), ref.Bytes+e.Segment.Size
 	}
