@@ -138,7 +138,7 @@ func formatter(name string) (writeFunc, error) {
 }
 
 func writeJSON(w *bufio.Writer, r record) error {
-	r.Fields, r.FieldsBase64 = clix.SplitBinary(r.Fields)
+	r.Fields, r.FieldsBase64 = stream.SplitBinary(r.Fields)
 	if r.Fields == nil {
 		r.Fields = map[string]string{}
 	}

@@ -43,7 +43,7 @@ type deliveryDoc struct {
 }
 
 func encodeDelivery(d stream.Delivery) ([]byte, error) {
-	text, b64 := clix.SplitBinary(d.Fields)
+	text, b64 := stream.SplitBinary(d.Fields)
 	if text == nil {
 		text = map[string]string{}
 	}

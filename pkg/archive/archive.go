@@ -99,6 +99,16 @@ func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.
 // Volume returns the archive's graft volume.
 func (a *Archive) Volume() *graft.Volume { return a.vol }
 
+// Identity returns the archive's identity as its newest commit carries it
+// ("" before the first commit). Two Redis exporting streams of one name
+// tell their histories apart by it.
+func (a *Archive) Identity() string {
+	if c := a.vol.Latest(); c != nil {
+		return c.Meta[metaIdentity]
+	}
+	return ""
+}
+
 // Log returns the live stream's log.
 func (a *Archive) Log() *stream.Log { return a.log }
 

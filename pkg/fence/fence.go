@@ -60,8 +60,9 @@ type Range struct {
 // IsWhole reports whether r selects the whole object.
 func (r Range) IsWhole() bool { return r.Off == 0 && r.Len == 0 }
 
-// CheckKey validates a key. Allowed: non-empty segments of [A-Za-z0-9._-]
-// separated by '/', no segment "." or "..", at most 512 bytes.
+// CheckKey validates a key. Allowed: non-empty segments of [A-Za-z0-9._=~-]
+// separated by '/', no segment "." or "..", at most 512 bytes. ('=' is for
+// Hive-style partitions such as date=2026-12-01.)
 func CheckKey(key string) error {
 	if key == "" || len(key) > 512 {
 		return fmt.Errorf("key %q: %w: empty or longer than 512 bytes", key, ErrBadKey)
@@ -72,7 +73,7 @@ func CheckKey(key string) error {
 		}
 		for i := 0; i < len(seg); i++ {
 			c := seg[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '=' || c == '~') {
 				return fmt.Errorf("key %q: %w: byte %q", key, ErrBadKey, c)
 			}
 		}
