@@ -267,6 +267,14 @@ func TestBadInput_NamesURLsAndFlags(t *testing.T) {
 		{"archiver", []string{"run", "--keep-last", "-3"}, "--keep-last"},
 		{"archiver", []string{"read", "--from", "yesterday"}, "--from"},
 		{"archiver", []string{"run", "--no-such-flag"}, "no-such-flag"},
+		{"archiver", []string{"read", "--since", "-5m"}, "--since"},
+		{"archiver", []string{"export"}, "--to"},
+		{"archiver", []string{"export", "--to", "relative/dir"}, "--to"},
+		{"archiver", []string{"export", "--to", "file:///tmp/x", "--format", "csv"}, "--format"},
+		{"archiver", []string{"export", "--to", "file:///tmp/x", "--since", "1h", "--from", "-"}, "--since"},
+		{"archiver", []string{"export", "--to", "file:///tmp/x", "--max-file-rows", "0"}, "--max-file-rows"},
+		{"archiver", []string{"run", "--keep-last", "1", "--export-format", "jsonl"}, "--export-format"},
+		{"archiver", []string{"run", "--keep-last", "1", "--export-to", "s3://"}, "--export-to"},
 	} {
 		code, _, errOut := exitCode(t, env, "", tc.bin, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.flag) || strings.Contains(errOut, "panic") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/export"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -34,6 +35,9 @@ type env struct {
 	store   fence.Store
 	dataDir string
 	remote  string // the remote's URL without secrets
+
+	exportTo     fence.Store // archiver run --export-to
+	exportFormat export.Format
 }
 
 func (e *env) close() { e.rdb.Close() }

@@ -26,7 +26,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	app := &cli.App{
 		Name:     "archiver",
 		Usage:    "archive a Redis stream to object storage, trim it, and read its whole history",
-		Commands: []*cli.Command{runCommand(), readCommand(), statusCommand(), verifyCommand(), pullCommand(), compactCommand(), reindexCommand(), policyCommand(), gcCommand(), trimCommand()},
+		Commands: []*cli.Command{runCommand(), readCommand(), exportCommand(), statusCommand(), verifyCommand(), pullCommand(), compactCommand(), reindexCommand(), policyCommand(), gcCommand(), trimCommand()},
 	}
 	return clix.Run(ctx, app, args, stdin, stdout, stderr)
 }

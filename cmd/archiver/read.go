@@ -27,7 +27,7 @@ func readCommand() *cli.Command {
 		Flags: append(append(clix.CommonFlags(), archiveFlags()...),
 			&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},
 			&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive: +, a branded id or <ms>-<seq>"},
-			&cli.StringFlag{Name: "since", Usage: "entries minted at or after TIME (RFC 3339 or Unix ms)"},
+			&cli.StringFlag{Name: "since", Usage: "entries minted at or after TIME (RFC 3339, Unix ms, or a duration ago: 36h)"},
 			&cli.StringFlag{Name: "window", Usage: "entries minted from T0 to T1, both included: T0,T1"},
 			&cli.StringFlag{Name: "format", Value: "jsonl", Usage: "jsonl or text"},
 		),
@@ -52,7 +52,7 @@ func readAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := readBounds(c, ""); err != nil {
+	if _, _, err := readBounds(c, "", "to"); err != nil {
 		return err
 	}
 	write, err := formatter(c.String("format"))
@@ -68,7 +68,7 @@ func readAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	from, to, err := readBounds(c, a.Log().Kind()) // branded bounds are checked against the stream's kind
+	from, to, err := readBounds(c, a.Log().Kind(), "to") // branded bounds are checked against the stream's kind
 	if err != nil {
 		return err
 	}
@@ -102,14 +102,15 @@ func printEntries(c *cli.Context, a *archive.Archive, from, to brand.StreamID, w
 	return out.Flush()
 }
 
-// readBounds turns --from/--to, --since or --window into inclusive bounds.
-func readBounds(c *cli.Context, kind brand.Kind) (from, to brand.StreamID, err error) {
-	ranged := c.IsSet("from") || c.IsSet("to")
+// readBounds turns --from/--<toFlag>, --since or --window into inclusive
+// bounds (export names its last id --until: its --to is the target).
+func readBounds(c *cli.Context, kind brand.Kind, toFlag string) (from, to brand.StreamID, err error) {
+	ranged := c.IsSet("from") || c.IsSet(toFlag)
 	switch {
 	case c.IsSet("window") && (c.IsSet("since") || ranged):
-		return from, to, clix.Usagef("--window", "cannot be combined with --since, --from or --to")
+		return from, to, clix.Usagef("--window", "cannot be combined with --since, --from or --%s", toFlag)
 	case c.IsSet("since") && ranged:
-		return from, to, clix.Usagef("--since", "cannot be combined with --from or --to")
+		return from, to, clix.Usagef("--since", "cannot be combined with --from or --%s", toFlag)
 	case c.IsSet("window"):
 		return clix.ParseWindow("--window", c.String("window"))
 	case c.IsSet("since"):
@@ -119,7 +120,7 @@ func readBounds(c *cli.Context, kind brand.Kind) (from, to brand.StreamID, err e
 	if from, err = clix.ParseBound("--from", c.String("from"), kind); err != nil {
 		return from, to, err
 	}
-	if to, err = clix.ParseBound("--to", c.String("to"), kind); err != nil {
+	if to, err = clix.ParseBound("--"+toFlag, c.String(toFlag), kind); err != nil {
 		return from, to, err
 	}
 	return from, to, nil

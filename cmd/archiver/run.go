@@ -18,6 +18,9 @@ import (
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/export"
+	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/graft"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -69,6 +72,8 @@ func runCommand() *cli.Command {
 		&cli.Int64Flag{Name: "compact-max", Value: 256 << 20, Usage: "bytes a run merges at most (compaction's work per run)"},
 		&cli.BoolFlag{Name: "no-compact", Usage: "merge no segments in this run (archiver compact does it on demand)"},
 		&cli.DurationFlag{Name: "archive-keep-for", Usage: "the archive's own retention: drop archived history older than this through the fence (gc deletes the objects after its grace; 0: keep forever). Keep it above the longest consumer lag"},
+		&cli.StringFlag{Name: "export-to", Usage: "after each stream's commits, export its archived history (up to W) to this target as archiver export does: file:///abs/dir or s3://bucket/prefix?..."},
+		&cli.StringFlag{Name: "export-format", Value: string(export.Parquet), Usage: "format of --export-to: parquet or jsonl"},
 		&cli.BoolFlag{Name: "loop", Usage: "re-apply the policy every --every until SIGTERM (the retention driver)"},
 		&cli.DurationFlag{Name: "every", Value: 30 * time.Second, Usage: "beat of --loop"},
 	)
@@ -105,7 +110,9 @@ type streamResult struct {
 	// "none: undeclared" for a stream left alone.
 	Policy string `json:"policy"`
 	archive.Result
-	Error string `json:"error,omitempty"`
+	// Export is what --export-to wrote after the stream's commits.
+	Export *export.Result `json:"export,omitempty"`
+	Error  string         `json:"error,omitempty"`
 }
 
 func runAction(c *cli.Context) error {
@@ -133,11 +140,29 @@ func runAction(c *cli.Context) error {
 	if c.Int64("compact-target") < 1 || c.Int64("compact-max") < 1 {
 		return clix.Usagef("--compact-target", "--compact-target and --compact-max must be at least 1 byte")
 	}
+	var exportFormat export.Format
+	if c.IsSet("export-format") && !c.IsSet("export-to") {
+		return clix.Usagef("--export-format", "only with --export-to")
+	}
+	if c.String("export-to") != "" {
+		if _, _, err := fence.ParseURL(c.String("export-to")); err != nil {
+			return clix.Usagef("--export-to", "%v", err)
+		}
+		if exportFormat, err = export.ParseFormat(c.String("export-format")); err != nil {
+			return clix.Usagef("--export-format", "%v", err)
+		}
+	}
 	e, err := openEnv(c, false, true)
 	if err != nil {
 		return err
 	}
 	defer e.close()
+	if c.String("export-to") != "" {
+		if e.exportTo, err = fence.Open(c.Context, c.String("export-to"), true); err != nil {
+			return fmt.Errorf("export target %s: %w", clix.Redact(c.String("export-to")), err)
+		}
+		e.exportFormat = exportFormat
+	}
 	if c.String("remote") == "" {
 		e.log.Warn("archiving into the embedded local default remote " + e.remote + ": what is trimmed then lives on this disk only; give --remote s3://... for durable storage")
 	}
@@ -268,7 +293,24 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	if err != nil && c.Context.Err() == nil {
 		r.Error = err.Error()
 	}
+	if err == nil && e.exportTo != nil && r.W != "" {
+		r.Export, r.Error = e.exportArchived(c.Context, a, r.W)
+	}
 	return r
+}
+
+// exportArchived exports a's history up to w (what its commits hold) to
+// the --export-to target.
+func (e *env) exportArchived(ctx context.Context, a *archive.Archive, w string) (*export.Result, string) {
+	upTo, err := brand.ParseStreamID(w)
+	if err != nil {
+		return nil, fmt.Sprintf("export: watermark %q: %v", w, err)
+	}
+	res, err := exportTo(ctx, a, e.exportTo, export.Options{Format: e.exportFormat}, stream.First, upTo)
+	if err != nil {
+		return &res, err.Error()
+	}
+	return &res, ""
 }
 
 // trimOnly applies a declared trim-only policy and records the run.

@@ -9,8 +9,22 @@ import (
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
-// ParseTime reads a time given as RFC 3339 or as Unix milliseconds.
+// ParseTime reads a time given as RFC 3339, as Unix milliseconds, as
+// "now", or as a duration ago ("5m", "36h": that long before now).
 func ParseTime(flag, s string) (time.Time, error) {
+	return parseTimeAt(flag, s, time.Now())
+}
+
+func parseTimeAt(flag, s string, now time.Time) (time.Time, error) {
+	if s == "now" {
+		return now.UTC(), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && s != "0" {
+		if d < 0 {
+			return time.Time{}, Usagef(flag, "%q: a duration ago must be positive", s)
+		}
+		return now.Add(-d).UTC(), nil
+	}
 	if s != "" && strings.Trim(s, "0123456789") == "" {
 		ms, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -20,7 +34,7 @@ func ParseTime(flag, s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, Usagef(flag, "%q is neither RFC 3339 (2026-12-01T05:00:00Z) nor Unix milliseconds", s)
+		return time.Time{}, Usagef(flag, "%q is not RFC 3339 (2026-12-01T05:00:00Z), Unix milliseconds, now, or a duration ago (5m, 36h)", s)
 	}
 	return t, nil
 }
