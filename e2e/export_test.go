@@ -294,6 +294,40 @@ func TestExport_DuckDBReadsTheMergedHistory(t *testing.T) {
 	}
 	sameRows(t, "a window in SQL", duckRows(t, local, fmt.Sprintf("epoch_ms(time) BETWEEN %d AND %d", t0.UnixMilli(), t1.UnixMilli())), window)
 
+	// The README's query, as written there.
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	readme := map[string]int{}
+	rs, err := db.Query(`SELECT stream, count(*), min(time), max(time)
+		FROM read_parquet('` + local + `/stream=*/*/*/*.parquet', hive_partitioning = true)
+		WHERE date >= DATE '2026-11-01' AND fields['type'] = 'refunded'
+		GROUP BY stream`)
+	if err != nil {
+		t.Fatalf("the README's query: %v", err)
+	}
+	for rs.Next() {
+		var name string
+		var n int
+		var lo, hi time.Time
+		if err := rs.Scan(&name, &n, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		readme[name] = n
+	}
+	rs.Close()
+	refunded := map[string]int{}
+	for _, r := range want {
+		if r.Fields["type"] == "refunded" {
+			refunded[r.Stream]++
+		}
+	}
+	if fmt.Sprint(readme) != fmt.Sprint(refunded) || len(refunded) != len(exportStreams) {
+		t.Fatalf("the README's query counts %v refunded; archiver read has %v", readme, refunded)
+	}
+
 	// More history: a rerun exports only it, and no old file changes.
 	feedExport(t, srv.Client(t), next, 2000, 3*time.Second)
 	if n := exportAll(t, env, "file://"+local); n != int64(2000*len(exportStreams)) {
