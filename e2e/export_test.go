@@ -180,7 +180,7 @@ func duckCount(t *testing.T, dir string) (rows, distinct int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	err = db.QueryRow(`SELECT count(*), count(DISTINCT (stream, stream_id)) FROM read_parquet('` + dir +
+	err = db.QueryRow(`SELECT count(*), count(DISTINCT (stream, stream_id)) FROM read_parquet('`+dir+
 		`/stream=*/*/*/*.parquet', hive_partitioning = true)`).Scan(&rows, &distinct)
 	if err != nil {
 		t.Fatalf("duckdb: %v", err)
