@@ -38,6 +38,7 @@ type env struct {
 
 	exportTo     fence.Store // archiver run --export-to
 	exportFormat export.Format
+	metrics      *archiverMetrics // archiver run
 }
 
 func (e *env) close() { e.rdb.Close() }

@@ -7,10 +7,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/graft"
 )
 
@@ -22,13 +25,18 @@ func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "watermark, last LSN, archived and live counts, completeness, sizes",
-		Flags: withArchive(&cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Flags: withArchive(&cli.BoolFlag{Name: "json", Usage: "print JSON (--format json)"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json, openmetrics, or prometheus (text 0.0.4, for node_exporter's textfile collector)"}),
+		Before: func(c *cli.Context) error { return clix.CheckStatusFormat(c) },
 		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			st, err := a.Status(c.Context, e.dataDir)
 			if err != nil {
 				return err
 			}
-			if c.Bool("json") {
+			if f := clix.StatusFormat(c); f == telemetry.FormatOpenMetrics || f == telemetry.FormatPrometheus {
+				return archiveExposition(e.target.Keyspace.Queue, e.target.Stream, st).Write(c.App.Writer, f)
+			}
+			if clix.StatusFormat(c) == "json" {
 				b, _ := json.MarshalIndent(st, "", "  ")
 				_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 				return err
@@ -65,6 +73,35 @@ func statusCommand() *cli.Command {
 			return tw.Flush()
 		}),
 	}
+}
+
+// archiveExposition is archiver status as metrics.
+func archiveExposition(queue, name string, st archive.Status) *telemetry.Exposition {
+	x := telemetry.NewExposition()
+	l := prometheus.Labels{"queue": queue, "stream": name}
+	if w, err := brand.ParseStreamID(st.W); err == nil && st.W != "" {
+		x.Gauge("silt_archive_watermark_timestamp_seconds", "Mint time of the watermark W, the last archived entry.", l, float64(w.MS)/1000)
+		x.Gauge("silt_archive_lag_seconds", "Now minus the mint time of W.", l, time.Since(w.Time()).Seconds())
+	}
+	x.Gauge("silt_archive_lsn", "The archive's last commit (LSN).", l, float64(st.LSN))
+	x.Counter("silt_archive_archived_entries", "Entries in the archive.", l, float64(st.Archived))
+	x.Counter("silt_archive_archived_bytes", "Record bytes in the archive.", l, float64(st.ArchivedBytes))
+	x.Gauge("silt_archive_live_entries", "Entries in the live stream (XLEN).", l, float64(st.Live))
+	x.Gauge("silt_archive_live_unarchived_entries", "Live entries above W, not archived yet.", l, float64(st.LiveUnarchived))
+	x.Gauge("silt_archive_oldest_unarchived_age_seconds", "Age of the oldest live entry above W (0: none).", l, st.OldestAgeSec)
+	x.Gauge("silt_archive_lost_outside_entries", "Entries removed outside the archiver (MAXLEN, XDEL): entries added - archived - live above W.", l, float64(st.LostOutside))
+	x.Gauge("silt_archive_complete", "1 when entries added = archived + live above W.", l, b2f(st.Complete))
+	x.Gauge("silt_archive_remote_bytes", "Bytes of the live segments on the remote.", l, float64(st.RemoteBytes))
+	x.Gauge("silt_archive_segments", "Live segments on the remote.", l, float64(st.Segments))
+	x.Gauge("silt_archive_local_bytes", "Bytes under the volume's local directory.", l, float64(st.LocalBytes))
+	return x
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func verifyCommand() *cli.Command {

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/export"
@@ -163,6 +164,17 @@ func runAction(c *cli.Context) error {
 		}
 		e.exportFormat = exportFormat
 	}
+	tel, err := telemetry.Setup(c.Context, "silt-archiver")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tel.Shutdown(c.Context); err != nil {
+			e.log.Warn("metrics not delivered", "error", err.Error())
+		}
+	}()
+	e.metrics = newArchiverMetrics(tel)
+	e.store = countingStore{Store: e.store, requests: e.metrics.requests}
 	if c.String("remote") == "" {
 		e.log.Warn("archiving into the embedded local default remote " + e.remote + ": what is trimmed then lives on this disk only; give --remote s3://... for durable storage")
 	}
@@ -263,6 +275,8 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 		if r.Trimmed, err = e.trimOnly(c.Context, ks, t.Stream, d); err != nil {
 			r.Error = err.Error()
 		}
+		_, final := e.metrics.progress(streamAttrs(t.Queue, t.Stream, t.Dead))
+		final(r.Result)
 		return r
 	case declared:
 		r.Policy = "declared"
@@ -279,17 +293,24 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.HistoryKeepFor = c.Duration("archive-keep-for")
 	a.Failpoint = failpointFromEnv()
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
+	attrs := streamAttrs(t.Queue, t.Stream, t.Dead)
+	record, final := e.metrics.progress(attrs)
 	progress := func(res archive.Result) {
+		record(res)
 		bar.update(t.String(), res)
 		// Return each slice's garbage to the OS: a long run's peak RSS then
 		// stays that of one slice instead of creeping up with run length.
 		debug.FreeOSMemory()
 	}
+	applied := p
 	if declared {
+		applied = d.Policy
 		r.Result, err = a.Apply(c.Context, d, progress)
 	} else {
 		r.Result, err = a.Run(c.Context, p, progress)
 	}
+	final(r.Result)
+	e.metrics.after(c.Context, a, applied, attrs)
 	if err != nil && c.Context.Err() == nil {
 		r.Error = err.Error()
 	}

@@ -3,17 +3,22 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -26,6 +31,7 @@ func appendCommand() *cli.Command {
 			&cli.IntFlag{Name: "batch", Value: 500, Usage: "entries per pipelined batch when reading stdin"},
 			&cli.BoolFlag{Name: "new-kind", Usage: "let --kind name a kind that is not built in: a new stream's first append records it"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
+			&cli.BoolFlag{Name: "trace", Usage: "stamp each entry with a W3C traceparent field (a child of $TRACEPARENT when set; kept when a line has one): workers continue the trace"},
 			maxEntryBytesFlag(),
 		),
 		Action: appendAction,
@@ -57,7 +63,17 @@ func appendAction(c *cli.Context) error {
 	log := sess.Log
 	log.MaxEntryBytes = c.Int("max-entry-bytes")
 	log.BatchSize = c.Int("batch")
+	stamp := func(stream.Fields) {}
+	if c.Bool("trace") {
+		tel, err := telemetry.Setup(c.Context, "silt-worker")
+		if err != nil {
+			return err
+		}
+		defer flushTelemetry(c.Context, tel, sess.Logger)
+		stamp = traceStamper(tel, target.Stream)
+	}
 	if fields != nil {
+		stamp(fields)
 		id, err := log.Append(c.Context, fields)
 		if err != nil {
 			return err
@@ -65,7 +81,24 @@ func appendAction(c *cli.Context) error {
 		_, err = fmt.Fprintln(c.App.Writer, id)
 		return err
 	}
-	return appendLines(c, log)
+	return appendLines(c, log, stamp)
+}
+
+// traceStamper returns a function that gives an entry a traceparent field:
+// a producer span's, the child of $TRACEPARENT when the caller runs in a
+// trace. An entry that has one keeps it.
+func traceStamper(tel *telemetry.Telemetry, streamName string) func(stream.Fields) {
+	parent := telemetry.Propagator.Extract(context.Background(), propagation.MapCarrier{traceparentField: os.Getenv("TRACEPARENT")})
+	return func(f stream.Fields) {
+		if f[traceparentField] != "" {
+			return
+		}
+		ctx, span := tel.Tracer.Start(parent, "send "+streamName, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(telemetry.KeySystem.String("redis"), telemetry.KeyDestination.String(streamName),
+				telemetry.KeyOperation.String("send")))
+		f[traceparentField] = traceparentOf(ctx)
+		span.End()
+	}
 }
 
 // parseFieldArgs reads field=value arguments.
@@ -86,7 +119,7 @@ func parseFieldArgs(args []string) (stream.Fields, error) {
 
 // appendLines appends JSON lines from stdin in batches. On a bad line, the
 // lines before it are appended and their ids printed; the error names the line.
-func appendLines(c *cli.Context, log *stream.Log) error {
+func appendLines(c *cli.Context, log *stream.Log, stamp func(stream.Fields)) error {
 	out := bufio.NewWriter(c.App.Writer)
 	defer out.Flush()
 	in := bufio.NewScanner(c.App.Reader)
@@ -120,6 +153,7 @@ func appendLines(c *cli.Context, log *stream.Log) error {
 		if fields == nil {
 			continue
 		}
+		stamp(fields)
 		if batch = append(batch, fields); len(batch) == cap(batch) {
 			if err := flush(); err != nil {
 				return fmt.Errorf("after stdin line %d: %w (appended %d entries)", lineNo, err, appended)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,9 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		ownGroup(cmd)
 		cmd.Env = env
+		if tp := traceparentOf(ctx); tp != "" { // the entry's trace, continued by the handler
+			cmd.Env = append(slices.Clip(env), "TRACEPARENT="+tp)
+		}
 		cmd.Stdin = bytes.NewReader(doc)
 		var stderr bytes.Buffer
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}
@@ -151,6 +155,9 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 		req.Header.Set("Idempotency-Key", d.ID.String())
 		if len(secret) > 0 {
 			req.Header.Set("X-Silt-Signature", "sha256="+sign(secret, body))
+		}
+		if tp := traceparentOf(ctx); tp != "" {
+			req.Header.Set(traceparentField, tp)
 		}
 		resp, err := client.Do(req)
 		if err != nil {

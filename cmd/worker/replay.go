@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"
@@ -77,8 +79,16 @@ func replayAction(c *cli.Context) error {
 		}
 	}
 	group := c.String("group")
-	tagged := func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) }
+	tel, err := telemetry.Setup(c.Context, "silt-worker")
+	if err != nil {
+		return err
+	}
+	defer flushTelemetry(c.Context, tel, logger)
+	m := newWorkerMetrics(tel, t.Keyspace.Queue, t.Stream, group)
+	tagged := m.wrap(func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) })
+	started := time.Now()
 	res, runErr := archive.Replay(c.Context, rdb, l, read, name, from, to, tagged)
+	m.endReplay(res, runErr, time.Since(started))
 	line, _ := json.Marshal(res)
 	out := summaryWriter(c)
 	fmt.Fprintf(out, "%s\n", line)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -182,7 +184,15 @@ func runAction(c *cli.Context) error {
 	if err := attachArchive(c, s); err != nil {
 		return err
 	}
-	sum, runErr := s.consumer.Run(c.Context, h)
+	tel, err := telemetry.Setup(c.Context, "silt-worker")
+	if err != nil {
+		return err
+	}
+	defer flushTelemetry(c.Context, tel, s.log)
+	m := newWorkerMetrics(tel, s.target.Keyspace.Queue, s.target.Stream, s.consumer.Group())
+	s.consumer.Progress = m.progress
+	sum, runErr := s.consumer.Run(c.Context, m.wrap(h))
+	m.end(sum)
 	out := summaryWriter(c)
 	if err := printSummary(out, s, sum); err != nil {
 		return err
@@ -193,6 +203,14 @@ func runAction(c *cli.Context) error {
 			clix.ErrInterrupted, sum.Handled(), sum.Abandoned)
 	}
 	return runErr
+}
+
+// flushTelemetry pushes what the run measured before the process exits; a
+// collector that cannot be reached is reported, not fatal.
+func flushTelemetry(ctx context.Context, tel *telemetry.Telemetry, log *slog.Logger) {
+	if err := tel.Shutdown(ctx); err != nil {
+		log.Warn("metrics and traces not delivered", "error", err.Error())
+	}
 }
 
 func configure(c *cli.Context, k *stream.Consumer) error {

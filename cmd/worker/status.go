@@ -10,7 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -21,7 +24,9 @@ func statusCommand() *cli.Command {
 		Usage: "the capacity view: stream length, and per group its pending list, lag and dead letters",
 		Flags: append(clix.CommonFlags(),
 			&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "only this group"},
-			&cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+			&cli.BoolFlag{Name: "json", Usage: "print JSON (--format json)"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json, openmetrics, or prometheus (text 0.0.4, for node_exporter's textfile collector)"}),
+		Before: func(c *cli.Context) error { return clix.CheckStatusFormat(c) },
 		Action: statusAction,
 	}
 }
@@ -56,7 +61,10 @@ func statusAction(c *cli.Context) error {
 	} else if ok {
 		full.PolicyLastRun = &r
 	}
-	if c.Bool("json") {
+	if f := clix.StatusFormat(c); f == telemetry.FormatOpenMetrics || f == telemetry.FormatPrometheus {
+		return streamExposition(target.Keyspace.Queue, target.Stream, st).Write(c.App.Writer, f)
+	}
+	if clix.StatusFormat(c) == "json" {
 		b, err := json.MarshalIndent(full, "", "  ")
 		if err != nil {
 			return err
@@ -65,6 +73,27 @@ func statusAction(c *cli.Context) error {
 		return err
 	}
 	return printStatus(c.App.Writer, full)
+}
+
+// streamExposition is worker status as metrics: the capacity view.
+func streamExposition(queue, name string, st stream.StreamStatus) *telemetry.Exposition {
+	x := telemetry.NewExposition()
+	l := prometheus.Labels{"queue": queue, "stream": name}
+	x.Gauge("silt_stream_length", "Entries in the stream (XLEN).", l, float64(st.Length))
+	x.Counter("silt_stream_entries_added", "Entries ever added to the stream (XINFO STREAM entries-added).", l, float64(st.EntriesAdded))
+	for _, g := range st.Groups {
+		gl := prometheus.Labels{"queue": queue, "stream": name, "group": g.Name}
+		x.Gauge("silt_group_pending", "Entries delivered and not acked (the PEL).", gl, float64(g.Pending))
+		x.Gauge("silt_group_pending_payload_gone", "Pending entries below the first live entry: their payload was trimmed.", gl, float64(g.PendingTrimmed))
+		x.Gauge("silt_group_oldest_pending_age_seconds", "Idle time of the oldest pending entry (0: none pending).", gl, g.OldestPendingAge)
+		if g.Lag != nil {
+			x.Gauge("silt_group_lag", "Entries not yet delivered to the group (absent when Redis cannot tell).", gl, float64(*g.Lag))
+		}
+		x.Gauge("silt_group_dead_letters", "Entries in the group's dead-letter stream.", gl, float64(g.DeadLetters))
+		x.Gauge("silt_group_catch_up_gaps", "Gaps of entries trimmed before the group read them, to catch up from the archive.", gl, float64(g.CatchUpGaps))
+		x.Gauge("silt_group_trimmed_unread", "Entries those gaps held when found.", gl, float64(g.TrimmedUnread))
+	}
+	return x
 }
 
 // statusWithPolicy is the stream's status with its declared retention

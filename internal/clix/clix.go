@@ -404,3 +404,24 @@ func OpenSession(c *cli.Context, t Target) (*Session, error) {
 	}
 	return &Session{Logger: logger, Redis: rdb, Log: l}, nil
 }
+
+// StatusFormat is the output format of a status command: --format, or json
+// when the older --json is given.
+func StatusFormat(c *cli.Context) string {
+	if c.Bool("json") && !c.IsSet("format") {
+		return "json"
+	}
+	return c.String("format")
+}
+
+// CheckStatusFormat refuses an unknown --format and --json beside another format.
+func CheckStatusFormat(c *cli.Context) error {
+	switch f := c.String("format"); {
+	case c.Bool("json") && c.IsSet("format") && f != "json":
+		return Usagef("--json", "--json contradicts --format %s", f)
+	case f == "text" || f == "json" || f == "openmetrics" || f == "prometheus":
+		return nil
+	default:
+		return Usagef("--format", "%q: want text, json, openmetrics or prometheus", f)
+	}
+}

@@ -450,3 +450,37 @@ func TestRun_SlicesSpanReadChunks(t *testing.T) {
 		})
 	}
 }
+
+func TestOverdue(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * time.Hour)
+	for i := range 1500 { // 1,500 entries two hours old
+		id, _ := brand.New(brand.EVT, brand.StreamID{MS: uint64(old.UnixMilli()) + uint64(i)})
+		if err := e.log.AppendID(ctx, id, stream.Fields{"n": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.appendN(t, 300) // and 300 of now
+	a := e.open(t)
+	for _, tc := range []struct {
+		p    archive.Policy
+		want int64
+	}{
+		{archive.Policy{KeepLast: 1000}, 800},
+		{archive.Policy{KeepFor: time.Hour}, 1500},
+		{archive.Policy{KeepLast: 1000, KeepFor: time.Hour}, 800},
+		{archive.Policy{KeepLast: 100, KeepFor: time.Hour}, 1500},
+		{archive.Policy{KeepFor: 3 * time.Hour}, 0},
+	} {
+		if got, err := a.Overdue(ctx, tc.p); err != nil || got != tc.want {
+			t.Errorf("Overdue(%+v) = %d, %v; want %d", tc.p, got, err, tc.want)
+		}
+	}
+	if _, err := a.Run(ctx, archive.Policy{KeepFor: time.Hour}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Overdue(ctx, archive.Policy{KeepFor: time.Hour}); err != nil || got > 100 {
+		t.Errorf("after a run, Overdue = %d, %v; want about 0", got, err)
+	}
+}

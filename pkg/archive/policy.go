@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -237,4 +238,46 @@ func recordRun(ctx context.Context, l *stream.Log, run PolicyRun, err error) err
 		return fmt.Errorf("record the run of the policy of %s: %w", l.Key(), rerr)
 	}
 	return err
+}
+
+// overdueScanCap bounds the entries Overdue reads to count a keep-for
+// backlog: past it the figure means "at least this many".
+const overdueScanCap = 100_000
+
+// Overdue counts the live entries that p says should have left Redis: all
+// but the newest KeepLast, minted before now minus KeepFor (both, when both
+// are set). After a healthy run it is about zero (an approximate trim keeps
+// a few); a growing figure means the archive or the trim is failing. A
+// keep-for count reads the overdue entries, at most overdueScanCap of them.
+func (a *Archive) Overdue(ctx context.Context, p Policy) (int64, error) {
+	info, err := a.log.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := info.Length
+	if p.KeepLast > 0 {
+		n = max(0, info.Length-p.KeepLast)
+	}
+	if p.KeepFor <= 0 || n == 0 {
+		return n, nil
+	}
+	end, ok := brand.WindowStart(time.Now().Add(-p.KeepFor)).Prev()
+	if !ok {
+		return 0, nil
+	}
+	var count int64
+	for cursor := stream.First; count < overdueScanCap; {
+		page, err := a.log.ReadRaw(ctx, cursor, end, PageSize)
+		if err != nil {
+			return 0, err
+		}
+		count += int64(len(page))
+		if len(page) < PageSize {
+			break
+		}
+		if cursor, ok = page[len(page)-1].StreamID.Next(); !ok {
+			break
+		}
+	}
+	return min(n, count), nil
 }

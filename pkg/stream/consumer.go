@@ -31,6 +31,10 @@ type Consumer struct {
 	Payloads      PayloadSource // recovers entries trimmed while pending; nil: dead-letter them. A History also catches up lagging groups
 	LeaseTTL      time.Duration // how long a catch-up lease lasts without renewal; 30s
 	Logger        *slog.Logger  // where the run reports what it skips or removes; discard by default
+	// Progress, when set, is called on the run's goroutine after each batch
+	// is settled, with the run's counts so far and the batch's size (metrics
+	// take their deltas from it). It must return quickly.
+	Progress func(sum Summary, batch int)
 
 	// Failpoint, when set, is called at named points of each batch
 	// ("after-read", "mid-batch", "after-handle", "after-ack"): crash tests

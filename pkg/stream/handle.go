@@ -60,6 +60,9 @@ func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []strin
 	}
 	err = r.process(ctx, jobs, readAt)
 	r.adapt(len(msgs), size, time.Since(start))
+	if r.c.Progress != nil {
+		r.c.Progress(r.sum, len(jobs))
+	}
 	return err
 }
 

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/silt-dev/silt/internal/telemetry"
+	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// workerMetrics are the instruments of one worker run or replay. Counters
+// take the deltas of the run's Summary after each batch, so a periodic
+// export under a long run shows progress, and the final flush equals the
+// JSON summary.
+type workerMetrics struct {
+	tel   *telemetry.Telemetry
+	attrs metric.MeasurementOption
+	set   attribute.Set
+
+	delivered, acked, failed, deadLettered, duplicates, recovered metric.Int64Counter
+	handlerDuration, batchSize, runDuration                       metric.Float64Histogram
+	runs                                                          metric.Int64Counter
+
+	last stream.Summary
+}
+
+func newWorkerMetrics(tel *telemetry.Telemetry, queue, streamName, group string) *workerMetrics {
+	m := tel.Meter
+	must := telemetry.Must[metric.Int64Counter]
+	set := attribute.NewSet(telemetry.KeySystem.String("redis"), telemetry.KeyQueue.String(queue),
+		telemetry.KeyDestination.String(streamName), telemetry.KeyGroup.String(group))
+	w := &workerMetrics{tel: tel, set: set, attrs: metric.WithAttributeSet(set),
+		delivered: must(m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+			metric.WithDescription("Entries handed to the handler (attribute silt.delivery.source: drained, claimed, new, catch_up)."))),
+		acked: must(m.Int64Counter("silt.worker.acked", metric.WithUnit("{message}"),
+			metric.WithDescription("Entries handled (or found already handled) and acked."))),
+		failed: must(m.Int64Counter("silt.worker.failed", metric.WithUnit("{message}"),
+			metric.WithDescription("Handler failures left pending for a retry."))),
+		deadLettered: must(m.Int64Counter("silt.worker.dead_lettered", metric.WithUnit("{message}"),
+			metric.WithDescription("Entries moved to the group's dead-letter stream."))),
+		duplicates: must(m.Int64Counter("silt.worker.duplicates_skipped", metric.WithUnit("{message}"),
+			metric.WithDescription("Entries the group had handled already (dedupe markers), acked without the handler."))),
+		recovered: must(m.Int64Counter("silt.worker.recovered", metric.WithUnit("{message}"),
+			metric.WithDescription("Payloads trimmed while pending, recovered from the archive."))),
+		runs: must(m.Int64Counter("silt.worker.runs", metric.WithUnit("{run}"),
+			metric.WithDescription("Runs ended, by exit reason."))),
+		handlerDuration: telemetry.Must(m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
+			metric.WithDescription("Handler call duration (error.type set when it failed)."),
+			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))),
+		batchSize: telemetry.Must(m.Float64Histogram("silt.worker.batch.size", metric.WithUnit("{message}"),
+			metric.WithDescription("Entries per batch read."),
+			metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2000))),
+		runDuration: telemetry.Must(m.Float64Histogram("silt.worker.run.duration", metric.WithUnit("s"),
+			metric.WithDescription("Run duration, by exit reason."),
+			metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))),
+	}
+	return w
+}
+
+// progress records the deltas since the last batch (stream.Consumer.Progress).
+func (w *workerMetrics) progress(sum stream.Summary, batch int) {
+	ctx := context.Background()
+	prev := w.last
+	w.last = sum
+	for src, d := range map[string]int64{"drained": sum.Drained - prev.Drained, "claimed": sum.Claimed - prev.Claimed,
+		"new": sum.New - prev.New, "catch_up": sum.CatchUp - prev.CatchUp} {
+		if d > 0 {
+			w.delivered.Add(ctx, d, w.attrs, metric.WithAttributes(telemetry.KeySource.String(src)))
+		}
+	}
+	add := func(c metric.Int64Counter, d int64) {
+		if d > 0 {
+			c.Add(ctx, d, w.attrs)
+		}
+	}
+	add(w.acked, sum.Acked-prev.Acked)
+	add(w.failed, sum.Failed-prev.Failed)
+	add(w.deadLettered, sum.DeadLettered-prev.DeadLettered)
+	add(w.duplicates, sum.DuplicatesSkipped-prev.DuplicatesSkipped)
+	add(w.recovered, sum.PayloadRecovered-prev.PayloadRecovered)
+	if batch > 0 {
+		w.batchSize.Record(ctx, float64(batch), w.attrs)
+	}
+}
+
+// end records the run's last deltas, its duration and exit reason.
+func (w *workerMetrics) end(sum stream.Summary) {
+	w.progress(sum, 0)
+	reason := metric.WithAttributes(telemetry.KeyExitReason.String(sum.ExitReason))
+	w.runs.Add(context.Background(), 1, w.attrs, reason)
+	w.runDuration.Record(context.Background(), sum.Elapsed.Seconds(), w.attrs, reason)
+}
+
+// endReplay records what a replay did: its deliveries (source "replay"),
+// acked when handled, and at most one failure, which stops a replay.
+func (w *workerMetrics) endReplay(res archive.ReplayResult, err error, took time.Duration) {
+	sum := stream.Summary{Acked: res.Replayed, Elapsed: took, ExitReason: "done"}
+	if !res.Done {
+		sum.ExitReason = "stopped"
+	}
+	if err != nil {
+		sum.Failed, sum.ExitReason = 1, "error"
+	}
+	if n := sum.Acked + sum.Failed; n > 0 {
+		w.delivered.Add(context.Background(), n, w.attrs, metric.WithAttributes(telemetry.KeySource.String("replay")))
+	}
+	w.end(sum)
+}
+
+// wrap times each handler call and gives it a consumer span: a child of the
+// entry's traceparent field when it has one. The handler's context carries
+// the span, so exec and webhook handlers pass it on.
+func (w *workerMetrics) wrap(h stream.Handler) stream.Handler {
+	return func(ctx context.Context, d stream.Delivery) error {
+		if tp := d.Fields[traceparentField]; tp != "" {
+			ctx = telemetry.Propagator.Extract(ctx, propagation.MapCarrier{traceparentField: tp, "tracestate": d.Fields["tracestate"]})
+		}
+		span := trace.SpanFromContext(ctx) // the entry's own context, passed on as it is when nothing is exported
+		if w.tel.Enabled {
+			ctx, span = w.tel.Tracer.Start(ctx, "process "+w.destination(), trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(w.set.ToSlice()...), trace.WithAttributes(telemetry.KeyOperation.String("process"),
+					telemetry.KeyMessageID.String(d.ID.String())))
+		}
+		start := time.Now()
+		err := h(ctx, d)
+		took := time.Since(start).Seconds()
+		if err != nil {
+			kind := "handler_error"
+			if stream.IsPermanent(err) {
+				kind = "permanent"
+			}
+			span.SetStatus(codes.Error, err.Error())
+			w.handlerDuration.Record(ctx, took, w.attrs, metric.WithAttributes(telemetry.KeyErrorType.String(kind)))
+		} else {
+			w.handlerDuration.Record(ctx, took, w.attrs)
+		}
+		span.End()
+		return err
+	}
+}
+
+func (w *workerMetrics) destination() string {
+	v, _ := w.set.Value(telemetry.KeyDestination)
+	return v.AsString()
+}
+
+// traceparentField is the entry field that carries a W3C trace context.
+const traceparentField = "traceparent"
+
+// traceparentOf returns the W3C traceparent of ctx's span ("" when none).
+func traceparentOf(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	telemetry.Propagator.Inject(ctx, carrier)
+	return carrier[traceparentField]
+}
