@@ -2,13 +2,15 @@
 # Install, start and stop the real servers silt's tests use, on loopback only,
 # on free ports, with their data in a temp dir.
 #
-#   scripts/servers.sh install [redis|minio|versitygw|all]...  idempotent
-#   scripts/servers.sh start   [redis|cluster|minio|versitygw|all]...  prints export lines
+#   scripts/servers.sh install [redis|minio|versitygw|prometheus|all]...  idempotent
+#   scripts/servers.sh start   [redis|cluster|minio|versitygw|prometheus|all]...  prints export lines
 #   scripts/servers.sh env                                      the export lines again
 #   scripts/servers.sh stop                                     stops what start started
 #
 # Use it as:  eval "$(scripts/servers.sh start all)"
-# Tests read SILT_REDIS_URL, SILT_MINIO_*, SILT_VERSITYGW_* from the environment.
+# Tests read SILT_REDIS_URL, SILT_MINIO_*, SILT_VERSITYGW_*, SILT_PROMETHEUS_URL and
+# SILT_PROMTOOL from the environment. Prometheus (with its OTLP receiver) is the
+# receiver of the metrics tests; building it takes about 8 minutes, once.
 set -euo pipefail
 
 MINIO_MOD=github.com/minio/minio
@@ -16,6 +18,8 @@ MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 VERSITYGW_MOD=github.com/versity/versitygw
 VERSITYGW_PKG=github.com/versity/versitygw/cmd/versitygw
 VERSITYGW_VERSION=v1.8.0
+PROMETHEUS_MOD=github.com/prometheus/prometheus
+PROMETHEUS_VERSION=v0.316.0
 
 STATE=${SILT_SERVERS_DIR:-${TMPDIR:-/tmp}/silt-servers}
 GOBIN_DIR=$(go env GOBIN)
@@ -28,9 +32,9 @@ expand() {
 	local out=()
 	for s in "$@"; do
 		case $s in
-		all) out+=(redis minio versitygw) ;;
-		redis | cluster | minio | versitygw) out+=("$s") ;;
-		*) die "unknown server '$s' (want redis, cluster, minio, versitygw or all)" ;;
+		all) out+=(redis minio versitygw prometheus) ;;
+		redis | cluster | minio | versitygw | prometheus) out+=("$s") ;;
+		*) die "unknown server '$s' (want redis, cluster, minio, versitygw, prometheus or all)" ;;
 		esac
 	done
 	[ ${#out[@]} -gt 0 ] || out=(redis)
@@ -64,6 +68,12 @@ install_versitygw() {
 	go_installed $VERSITYGW_MOD $VERSITYGW_VERSION versitygw && return
 	log "building versitygw $VERSITYGW_VERSION"
 	GOFLAGS=-mod=mod go install "$VERSITYGW_PKG@$VERSITYGW_VERSION" >&2
+}
+
+install_prometheus() {
+	go_installed $PROMETHEUS_MOD $PROMETHEUS_VERSION prometheus && go_installed $PROMETHEUS_MOD $PROMETHEUS_VERSION promtool && return
+	log "building prometheus and promtool $PROMETHEUS_VERSION with go install (about 8 minutes, once)"
+	GOFLAGS=-mod=mod go install "$PROMETHEUS_MOD/cmd/prometheus@$PROMETHEUS_VERSION" "$PROMETHEUS_MOD/cmd/promtool@$PROMETHEUS_VERSION" >&2
 }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -159,6 +169,23 @@ start_s3() { # start_s3 NAME ENVPREFIX COMMAND...
 	} >"$dir/env"
 }
 
+# start_prometheus: a TSDB that takes OTLP metrics at /api/v1/otlp/v1/metrics
+# and answers PromQL; it scrapes nothing.
+start_prometheus() {
+	local dir=$STATE/prometheus port
+	port=$(free_port)
+	mkdir -p "$dir/data"
+	printf 'global:\n  scrape_interval: 1m\n' >"$dir/prometheus.yml"
+	"$GOBIN_DIR/prometheus" --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
+		--web.listen-address="127.0.0.1:$port" --web.enable-otlp-receiver >"$dir/log" 2>&1 &
+	echo $! >"$dir/pid"
+	wait_port "$port" prometheus "$dir/pid" || { exited prometheus; return 1; }
+	{
+		echo "export SILT_PROMETHEUS_URL=http://127.0.0.1:$port"
+		echo "export SILT_PROMTOOL=$GOBIN_DIR/promtool"
+	} >"$dir/env"
+}
+
 start_one() {
 	local pidfile=$STATE/$1/pid
 	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -172,6 +199,7 @@ start_one() {
 		cluster) start_cluster ;;
 		minio) start_s3 minio SILT_MINIO ;;
 		versitygw) start_s3 versitygw SILT_VERSITYGW ;;
+		prometheus) start_prometheus ;;
 		esac && { log "$1 started (pid $(cat "$pidfile"))"; return; }
 		log "$1: start attempt $attempt failed"
 	done

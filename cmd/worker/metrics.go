@@ -114,16 +114,20 @@ func (w *workerMetrics) endReplay(res archive.ReplayResult, err error, took time
 	w.end(sum)
 }
 
-// wrap times each handler call and gives it a consumer span: a child of the
-// entry's traceparent field when it has one. The handler's context carries
+// wrap times each handler call and, for an entry with a traceparent field,
+// gives it a consumer span, a child of that trace. The handler's context carries
 // the span, so exec and webhook handlers pass it on.
 func (w *workerMetrics) wrap(h stream.Handler) stream.Handler {
 	return func(ctx context.Context, d stream.Delivery) error {
-		if tp := d.Fields[traceparentField]; tp != "" {
+		tp := d.Fields[traceparentField]
+		if tp != "" {
 			ctx = telemetry.Propagator.Extract(ctx, propagation.MapCarrier{traceparentField: tp, "tracestate": d.Fields["tracestate"]})
 		}
-		span := trace.SpanFromContext(ctx) // the entry's own context, passed on as it is when nothing is exported
-		if w.tel.Enabled {
+		// Only an entry that carries a trace gets a span: the rest would
+		// be root spans of one call each, a cost without a reader. When
+		// nothing is exported the entry's own context is passed on as it is.
+		span := trace.SpanFromContext(ctx)
+		if w.tel.Enabled && span.SpanContext().IsValid() {
 			ctx, span = w.tel.Tracer.Start(ctx, "process "+w.destination(), trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithAttributes(w.set.ToSlice()...), trace.WithAttributes(telemetry.KeyOperation.String("process"),
 					telemetry.KeyMessageID.String(d.ID.String())))
