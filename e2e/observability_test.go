@@ -1,18 +1,28 @@
 package e2e
 
 import (
+	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/redis/go-redis/v9"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/silt-dev/silt/internal/testserver"
 )
@@ -48,9 +58,13 @@ func TestObservability_MetricsReachPrometheus(t *testing.T) {
 	prom := testserver.Prometheus(t)
 	dir := t.TempDir()
 	queue := fmt.Sprintf("obs%d", testserver.Unique()) // series of other runs of this test stay apart
+	spans := startTraceReceiver(t)
+	// Metrics to Prometheus, traces to a receiver of our own: Prometheus
+	// takes no traces.
 	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=" + queue, "EMQ_STREAM=orders", "EMQ_GROUP=billing",
 		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + prom.OTLPEndpoint(), "OTEL_METRIC_EXPORT_INTERVAL=600000"}
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint() + "/v1/metrics",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + spans.url, "OTEL_METRIC_EXPORT_INTERVAL=600000"}
 	var feed strings.Builder
 	const n = 300
 	for i := range n {
@@ -64,9 +78,12 @@ func TestObservability_MetricsReachPrometheus(t *testing.T) {
 		fmt.Fprintf(&feed, `{"n":"%d","kind":"%s"}`+"\n", i, kind)
 	}
 	silt(t, feed.String(), env, "worker", "append", "--trace")
-	handler := `d=$(cat); case "$d" in *'"kind":"poison"'*) exit 65;; *'"kind":"flaky"'*) exit 1;; esac; ` +
-		`case "$TRACEPARENT" in 00-*) ;; *) exit 1;; esac`
-	out := silt(t, "", env, "worker", "run", "--block", "100ms", "--concurrency", "4", "--exec", handler)
+	seen := filepath.Join(dir, "traceparents")
+	handler := `echo "$TRACEPARENT" >> ` + seen + `; d=$(cat); case "$d" in *'"kind":"poison"'*) exit 65;; *'"kind":"flaky"'*) exit 1;; esac`
+	out, errOut, err := runBin(filepath.Join(binDir, "worker"), env, "run", "--block", "100ms", "--concurrency", "4", "--exec", handler)
+	if err != nil || strings.Contains(errOut, "not delivered") {
+		t.Fatalf("worker run: %v\n%s", err, errOut)
+	}
 	var sum struct {
 		New, Drained, Claimed, Acked, Failed int64
 		DeadLettered                         int64 `json:"dead_lettered"`
@@ -77,9 +94,7 @@ func TestObservability_MetricsReachPrometheus(t *testing.T) {
 	if sum.Acked == 0 || sum.Failed == 0 || sum.DeadLettered == 0 {
 		t.Fatalf("the feed did not exercise every fate: %s", out)
 	}
-	if sum.Acked+sum.Failed+sum.DeadLettered != n {
-		t.Fatalf("handlers without TRACEPARENT failed: %s", out)
-	}
+	checkTraces(t, srv.Client(t), "emq:{"+queue+"}:stream:orders", seen, spans, n)
 	sel := fmt.Sprintf(`{silt_queue=%q, messaging_destination_name="orders"}`, queue)
 	for name, want := range map[string]int64{
 		"silt_worker_acked_total":                  sum.Acked,
@@ -158,5 +173,96 @@ func TestObservability_MetricsReachPrometheus(t *testing.T) {
 		if want := strings.Count(text, "# TYPE "); families != want || families < 5 {
 			t.Errorf("%s %s: %d families in OpenMetrics, %d in the text format", args[0], args[1], families, want)
 		}
+	}
+}
+
+// traceReceiver is an OTLP/HTTP trace endpoint that keeps what it gets.
+type traceReceiver struct {
+	url   string
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func startTraceReceiver(t *testing.T) *traceReceiver {
+	r := &traceReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		var msg coltracepb.ExportTraceServiceRequest
+		if err != nil || proto.Unmarshal(body, &msg) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range msg.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(nil)
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL + "/v1/traces"
+	return r
+}
+
+// checkTraces: every entry was stamped by worker append --trace with a
+// producer span; each handler call has a consumer span whose parent is that
+// producer span, in the same trace; and the handler's TRACEPARENT names the
+// consumer span.
+func checkTraces(t *testing.T, rdb *redis.Client, key, seen string, r *traceReceiver, n int) {
+	t.Helper()
+	entries, err := rdb.XRange(context.Background(), key, "-", "+").Result()
+	if err != nil || len(entries) != n {
+		t.Fatalf("xrange %s: %d entries, %v", key, len(entries), err)
+	}
+	producer := map[string]string{} // trace id -> span id of the entry's traceparent
+	for _, e := range entries {
+		tp, _ := e.Values["traceparent"].(string)
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 {
+			t.Fatalf("entry %s: traceparent %q", e.ID, tp)
+		}
+		producer[parts[1]] = parts[2]
+	}
+	if len(producer) != n {
+		t.Fatalf("%d distinct traces for %d entries", len(producer), n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	consumer := map[string]bool{} // span ids of consumer spans
+	sends := 0
+	for _, s := range r.spans {
+		trace, id, parent := hex.EncodeToString(s.TraceId), hex.EncodeToString(s.SpanId), hex.EncodeToString(s.ParentSpanId)
+		switch s.Kind {
+		case tracepb.Span_SPAN_KIND_PRODUCER:
+			if producer[trace] != id {
+				t.Fatalf("producer span %s %s is not an entry's", trace, id)
+			}
+			sends++
+		case tracepb.Span_SPAN_KIND_CONSUMER:
+			if s.Name != "process orders" || producer[trace] != parent {
+				t.Fatalf("consumer span %q in trace %s has parent %s; the entry's span is %s", s.Name, trace, parent, producer[trace])
+			}
+			consumer[id] = true
+		}
+	}
+	if sends != n || len(consumer) != n {
+		t.Fatalf("%d producer and %d consumer spans for %d entries", sends, len(consumer), n)
+	}
+	lines, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := strings.Fields(string(lines))
+	for _, tp := range calls {
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 || !consumer[parts[2]] || producer[parts[1]] == "" {
+			t.Fatalf("a handler got TRACEPARENT=%q: not a consumer span of an entry's trace", tp)
+		}
+	}
+	if len(calls) != n {
+		t.Fatalf("%d handler calls saw TRACEPARENT, want %d", len(calls), n)
 	}
 }

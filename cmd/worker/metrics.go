@@ -127,7 +127,7 @@ func (w *workerMetrics) wrap(h stream.Handler) stream.Handler {
 		// be root spans of one call each, a cost without a reader. When
 		// nothing is exported the entry's own context is passed on as it is.
 		span := trace.SpanFromContext(ctx)
-		if w.tel.Enabled && span.SpanContext().IsValid() {
+		if w.tel.Traces && span.SpanContext().IsValid() {
 			ctx, span = w.tel.Tracer.Start(ctx, "process "+w.destination(), trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithAttributes(w.set.ToSlice()...), trace.WithAttributes(telemetry.KeyOperation.String("process"),
 					telemetry.KeyMessageID.String(d.ID.String())))

@@ -50,8 +50,9 @@ const (
 type Telemetry struct {
 	Meter  metric.Meter
 	Tracer trace.Tracer
-	// Enabled tells whether anything is exported (an OTLP endpoint is set).
-	Enabled bool
+	// Enabled tells whether anything is exported (an OTLP endpoint is set);
+	// Traces whether spans are (OTEL_TRACES_EXPORTER is not "none").
+	Enabled, Traces bool
 
 	mp *sdkmetric.MeterProvider
 	tp *sdktrace.TracerProvider
@@ -62,7 +63,9 @@ var Propagator = propagation.TraceContext{}
 
 // Setup starts the providers for service (silt-worker, silt-archiver). It
 // exports when OTEL_EXPORTER_OTLP_ENDPOINT, or the metrics or traces
-// endpoint variable, is set and OTEL_SDK_DISABLED is not true; the other
+// endpoint variable, is set and OTEL_SDK_DISABLED is not true, metrics
+// unless OTEL_METRICS_EXPORTER=none, traces unless OTEL_TRACES_EXPORTER=none
+// (set it when the receiver is Prometheus, which takes no traces); the other
 // standard variables (headers, timeout, OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES, OTEL_METRIC_EXPORT_INTERVAL) apply as the SDK
 // defines them. Traces are always given ids, so that an entry stamped here
@@ -71,6 +74,8 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 	t := &Telemetry{Meter: metricnoop.NewMeterProvider().Meter(service)}
 	endpoint := firstEnv("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	t.Enabled = endpoint != "" && !strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true")
+	metrics := t.Enabled && os.Getenv("OTEL_METRICS_EXPORTER") != "none"
+	t.Traces = t.Enabled && os.Getenv("OTEL_TRACES_EXPORTER") != "none"
 	if p := firstEnv("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"); t.Enabled && p != "" && p != "http/protobuf" {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: silt exports over http/protobuf only (OTLP/HTTP, port 4318)", p)
 	}
@@ -84,13 +89,15 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 		}
 	}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if t.Enabled {
+	if metrics {
 		mexp, err := otlpmetrichttp.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("OTLP metrics exporter: %w", err)
 		}
 		t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
 		t.Meter = t.mp.Meter("github.com/silt-dev/silt/" + service)
+	}
+	if t.Traces {
 		texp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
