@@ -16,7 +16,7 @@ out=$(mktemp)
 trap 'scripts/servers.sh stop; rm -f "$out"' EXIT
 eval "$(scripts/servers.sh start minio)"
 
-go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" -timeout 60m ./pkg/... | tee "$out" >&2
+go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" -timeout 60m ./pkg/... ./cmd/... | tee "$out" >&2
 (cd bench && go test -run '^$' -bench 'Ratio$' -benchtime "$(((rounds + 1) / 2))x" -timeout 60m ./peers) | tee -a "$out" >&2
 go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
 rss=""
@@ -36,6 +36,7 @@ BEGIN {
 	id["Upload_Ratio"] = "P4";              goal["P4"] = ">= 0.7";  cmd["P4"] = "-bench Upload_Ratio ./pkg/graft (MinIO)"
 	id["MergedRead_Ratio"] = "P5";          goal["P5"] = ">= 1.0";  cmd["P5"] = "-bench MergedRead_Ratio ./pkg/archive"
 	id["DeadPeerRecovery_Ratio"] = "P8";    goal["P8"] = "<= 1.2";  cmd["P8"] = "-bench DeadPeerRecovery_Ratio ./pkg/stream"
+	id["Metrics_Ratio"] = "P1m";            goal["P1m"] = ">= 0.95"; cmd["P1m"] = "-bench Metrics_Ratio ./cmd/worker"
 	id["Export_Ratio"] = "X1";              goal["X1"] = ">= 0.5";  cmd["X1"] = "-bench Export_Ratio ./pkg/export"
 	id["SegmentWrite_Ratio"] = "seg";       goal["seg"] = "none";   cmd["seg"] = "-bench SegmentWrite_Ratio ./pkg/graft"
 	print "| id | median | min | max | goal | met | rounds | command (`go test -run ^$ -benchtime Nx ...`) |"
