@@ -98,9 +98,12 @@ func deadRetry(c *cli.Context) error {
 		return err
 	}
 	defer s.close()
-	h, err := chooseHandler(c, s.log)
+	h, pipe, err := chooseHandler(c, s.log)
 	if err != nil {
 		return err
+	}
+	if pipe != nil {
+		defer pipe.close(10 * time.Second)
 	}
 	res, err := s.consumer.RetryDead(c.Context, h, match)
 	b, _ := json.Marshal(res)

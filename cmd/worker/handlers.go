@@ -41,17 +41,24 @@ type deliveryDoc struct {
 	PayloadBase64 map[string]string `json:"payload_base64,omitempty"`
 	Recovered     bool              `json:"recovered,omitempty"`
 	Replay        string            `json:"replay,omitempty"`
+	// Traceparent is the handler span's W3C trace context, for --pipe
+	// (exec handlers get TRACEPARENT in their environment instead).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 func encodeDelivery(d stream.Delivery) ([]byte, error) {
+	return json.Marshal(deliveryDocOf(d))
+}
+
+func deliveryDocOf(d stream.Delivery) deliveryDoc {
 	text, b64 := stream.SplitBinary(d.Fields)
 	if text == nil {
 		text = map[string]string{}
 	}
-	return json.Marshal(deliveryDoc{
+	return deliveryDoc{
 		ID: d.ID.String(), StreamID: d.StreamID.String(), Attempts: d.Attempts, Deliveries: d.Deliveries, Group: d.Group, Consumer: d.Consumer,
 		Payload: text, PayloadBase64: b64, Recovered: d.Recovered, Replay: d.Replay,
-	})
+	}
 }
 
 // exDataErr (EX_DATAERR from sysexits.h) is the exit status by which an exec

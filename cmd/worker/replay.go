@@ -55,9 +55,12 @@ func replayAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := chooseHandler(c, logger) // usage errors before any connection
+	h, pipe, err := chooseHandler(c, logger) // usage errors before any connection
 	if err != nil {
 		return err
+	}
+	if pipe != nil {
+		defer pipe.close(10 * time.Second)
 	}
 	sess, err := clix.OpenSession(c, t)
 	if err != nil {

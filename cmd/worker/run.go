@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +34,8 @@ func groupFlags() []cli.Flag {
 func handlerFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "exec", Usage: "run `CMD` (through sh -c) per entry, the delivery as JSON on stdin; or give the command after --"},
+		&cli.StringFlag{Name: "pipe", Usage: "start `CMD` (through sh -c) once and keep it: one delivery per line on its stdin, one result per line on its stdout (docs/pipe.md)"},
+		&cli.IntFlag{Name: "pipe-restarts", Value: 3, Usage: "restarts of a --pipe co-process that exited or broke the protocol, per run; then the run stops with an error"},
 		&cli.StringFlag{Name: "webhook", Usage: "POST each delivery as JSON to `URL`"},
 		&cli.StringFlag{Name: "webhook-secret", EnvVars: []string{"EMQ_WEBHOOK_SECRET"}, Usage: "sign webhook bodies with HMAC-SHA256 (header X-Silt-Signature)"},
 		&cli.IntFlag{Name: "webhook-retries", Value: 3, Usage: "retries of a webhook call (connection errors, 408, 425, 429, 5xx)"},
@@ -124,10 +127,12 @@ func openConsumer(c *cli.Context) (*setup, error) {
 	return &setup{target: target, log: logger, consumer: cons, close: func() { rdb.Close() }}, nil
 }
 
-// chooseHandler builds the one handler the flags ask for.
-func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, error) {
+// chooseHandler builds the one handler the flags ask for. With --pipe it
+// also returns the co-process handler, whose stop the caller points at the
+// run's cancellation and which it closes at the end.
+func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, *pipeHandler, error) {
 	var chosen []string
-	for _, name := range []string{"exec", "webhook"} {
+	for _, name := range []string{"exec", "pipe", "webhook"} {
 		if c.String(name) != "" {
 			chosen = append(chosen, "--"+name)
 		}
@@ -139,23 +144,29 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, error) {
 		chosen = append(chosen, "-- CMD")
 	}
 	if len(chosen) != 1 {
-		return nil, clix.Usagef("--exec", "choose exactly one handler of --exec, -- CMD, --webhook, --stdout (got %s)", describe(chosen))
+		return nil, nil, clix.Usagef("--exec", "choose exactly one handler of --exec, -- CMD, --pipe, --webhook, --stdout (got %s)", describe(chosen))
+	}
+	if c.Int("pipe-restarts") < 0 {
+		return nil, nil, clix.Usagef("--pipe-restarts", "must be 0 or more, got %d", c.Int("pipe-restarts"))
 	}
 	timeout := c.Duration("handler-timeout")
 	env, secrets := handlerEnv(c.StringSlice("handler-env")), masker(secretsOf(c))
 	switch {
 	case c.String("exec") != "":
-		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, env, secrets, log), nil
+		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, env, secrets, log), nil, nil
+	case c.String("pipe") != "":
+		p := newPipeHandler([]string{"sh", "-c", c.String("pipe")}, timeout, c.Int("pipe-restarts"), env, secrets, log, func(error) {})
+		return p.handle, p, nil
 	case c.NArg() > 0:
-		return execHandler(c.Args().Slice(), timeout, env, secrets, log), nil
+		return execHandler(c.Args().Slice(), timeout, env, secrets, log), nil, nil
 	case c.String("webhook") != "":
 		u := c.String("webhook")
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return nil, clix.Usagef("--webhook", "%s is not an http:// or https:// URL", clix.Redact(u))
+			return nil, nil, clix.Usagef("--webhook", "%s is not an http:// or https:// URL", clix.Redact(u))
 		}
-		return webhookHandler(u, []byte(c.String("webhook-secret")), timeout, c.Int("webhook-retries")), nil
+		return webhookHandler(u, []byte(c.String("webhook-secret")), timeout, c.Int("webhook-retries")), nil, nil
 	}
-	return stdoutHandler(c.App.Writer), nil
+	return stdoutHandler(c.App.Writer), nil, nil
 }
 
 func describe(chosen []string) string {
@@ -174,12 +185,18 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	defer s.close()
-	h, err := chooseHandler(c, s.log)
+	h, pipe, err := chooseHandler(c, s.log)
 	if err != nil {
 		return err
 	}
 	if err := configure(c, s.consumer); err != nil {
 		return err
+	}
+	ctx, cancel := context.WithCancelCause(c.Context)
+	defer cancel(nil)
+	if pipe != nil {
+		pipe.stop = cancel
+		defer pipe.close(c.Duration("grace"))
 	}
 	if err := attachArchive(c, s); err != nil {
 		return err
@@ -191,11 +208,14 @@ func runAction(c *cli.Context) error {
 	defer flushTelemetry(c.Context, tel, s.log)
 	m := newWorkerMetrics(tel, s.target.Keyspace.Queue, s.target.Stream, s.consumer.Group())
 	s.consumer.Progress = m.progress
-	sum, runErr := s.consumer.Run(c.Context, m.wrap(h))
+	sum, runErr := s.consumer.Run(ctx, m.wrap(h))
 	m.end(sum)
 	out := summaryWriter(c)
 	if err := printSummary(out, s, sum); err != nil {
 		return err
+	}
+	if cause := context.Cause(ctx); runErr == nil && errors.Is(cause, ErrPipe) {
+		return fmt.Errorf("%w: %d acked, %d left pending", cause, sum.Acked, sum.Abandoned+sum.Failed)
 	}
 	if runErr == nil && sum.ExitReason == stream.ExitSignal {
 		// A scheduler must not take a stopped run for a finished one.

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// The co-process protocol (docs/pipe.md): silt starts CMD once and writes
+// one delivery per line, as JSON, on its stdin; CMD answers one result per
+// line on its stdout, in any order, with up to --concurrency deliveries in
+// flight:
+//
+//	{"id":"EVT_...","ok":true}
+//	{"id":"EVT_...","ok":false,"error":"why"}                    left pending, retried
+//	{"id":"EVT_...","ok":false,"error":"why","permanent":true}   dead-lettered now
+//
+// A malformed line, a result for an id not in flight, an exit, or no result
+// within --handler-timeout ends that co-process: every delivery in flight
+// fails (left pending; the attempt counts) and the next delivery starts a new
+// one, at most --pipe-restarts times in a run; then the run stops with an
+// error rather than fail every entry against a broken handler.
+
+// ErrPipe is wrapped by the error that stops a run whose co-process cannot
+// be kept running.
+var ErrPipe = errors.New("co-process handler failed")
+
+// pipeResult is one line of the co-process's stdout.
+type pipeResult struct {
+	ID        string `json:"id"`
+	OK        *bool  `json:"ok"`
+	Error     string `json:"error,omitempty"`
+	Permanent bool   `json:"permanent,omitempty"`
+}
+
+// maxResultLine bounds a result line (an error message is plenty below).
+const maxResultLine = 64 << 10
+
+// pipeHandler keeps one co-process for the run.
+type pipeHandler struct {
+	argv     []string
+	env      []string
+	timeout  time.Duration
+	restarts int
+	secrets  masker
+	log      *slog.Logger
+	stop     func(error) // ends the run when restarts are spent
+
+	mu      sync.Mutex
+	cur     *coproc
+	starts  int
+	spent   error
+	stopped bool
+}
+
+func newPipeHandler(argv []string, timeout time.Duration, restarts int, env []string, secrets masker, log *slog.Logger, stop func(error)) *pipeHandler {
+	return &pipeHandler{argv: argv, env: env, timeout: timeout, restarts: restarts, secrets: secrets, log: log, stop: stop}
+}
+
+// coproc is one running co-process.
+type coproc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	wmu   sync.Mutex // one line at a time on stdin
+
+	mu      sync.Mutex
+	waiting map[string]chan pipeResult
+	dead    chan struct{} // closed once it is over
+	why     error
+}
+
+// handle is the stream.Handler.
+func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
+	doc := deliveryDocOf(d)
+	doc.Traceparent = traceparentOf(ctx)
+	line, err := json.Marshal(doc)
+	if err != nil {
+		return stream.Permanent(err)
+	}
+	cp, err := p.running()
+	if err != nil {
+		return err
+	}
+	id := doc.ID
+	ch := make(chan pipeResult, 1)
+	cp.mu.Lock()
+	if _, dup := cp.waiting[id]; dup {
+		cp.mu.Unlock()
+		return fmt.Errorf("co-process: %s is already in flight", id)
+	}
+	cp.waiting[id] = ch
+	cp.mu.Unlock()
+	defer func() {
+		cp.mu.Lock()
+		delete(cp.waiting, id)
+		cp.mu.Unlock()
+	}()
+	cp.wmu.Lock()
+	_, err = cp.stdin.Write(append(line, '\n'))
+	cp.wmu.Unlock()
+	if err != nil {
+		cp.end(fmt.Errorf("writing to its stdin: %w", err))
+		return fmt.Errorf("co-process: %w", cp.cause())
+	}
+	var timeout <-chan time.Time
+	if p.timeout > 0 {
+		t := time.NewTimer(p.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case r := <-ch:
+		switch {
+		case *r.OK:
+			return nil
+		case r.Permanent:
+			return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
+		}
+		return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
+	case <-cp.dead:
+		return fmt.Errorf("co-process: %w", cp.cause())
+	case <-timeout:
+		cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (hung?)", id, p.timeout))
+		return fmt.Errorf("co-process: %w", cp.cause())
+	case <-ctx.Done():
+		return fmt.Errorf("co-process: %w", context.Cause(ctx))
+	}
+}
+
+// running returns the live co-process, starting one when there is none, at
+// most 1 + restarts times in a run.
+func (p *pipeHandler) running() (*coproc, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur != nil && !p.cur.over() {
+		return p.cur, nil
+	}
+	if p.spent != nil {
+		return nil, p.spent
+	}
+	if p.stopped {
+		return nil, fmt.Errorf("co-process: the run is ending")
+	}
+	if p.starts > p.restarts {
+		p.spent = fmt.Errorf("%w: started %d times in this run (--pipe-restarts %d), the last ended: %v", ErrPipe, p.starts, p.restarts, p.cur.cause())
+		p.stop(p.spent)
+		return nil, p.spent
+	}
+	if p.cur != nil {
+		p.log.Warn("restarting the co-process handler", "after", p.cur.cause().Error(), "restart", p.starts, "of", p.restarts)
+	}
+	cp, err := p.start()
+	if err != nil {
+		p.spent = fmt.Errorf("%w: start %s: %v", ErrPipe, p.argv[0], err)
+		p.stop(p.spent)
+		return nil, p.spent
+	}
+	p.starts++
+	p.cur = cp
+	return cp, nil
+}
+
+func (p *pipeHandler) start() (*coproc, error) {
+	cmd := exec.CommandContext(context.Background(), p.argv[0], p.argv[1:]...) // Cancel (ownGroup) is called by end
+	ownGroup(cmd)
+	cmd.Env = p.env
+	cmd.WaitDelay = time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	cp := &coproc{cmd: cmd, stdin: stdin, waiting: map[string]chan pipeResult{}, dead: make(chan struct{})}
+	go p.logStderr(stderr)
+	go func() {
+		err := p.read(cp, stdout)
+		if err == nil { // its stdout ended: it exited or is exiting
+			if werr := cmd.Wait(); werr != nil {
+				err = fmt.Errorf("it exited: %v", werr)
+			} else {
+				err = errors.New("it exited (status 0)")
+			}
+		}
+		cp.end(err)
+		cmd.Wait() // reap it after a kill; a second Wait only errs
+	}()
+	return cp, nil
+}
+
+// read takes results from stdout until it ends (nil) or the co-process
+// breaks the protocol (the error says how).
+func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 4096), maxResultLine)
+	for sc.Scan() {
+		var r pipeResult
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		if err := dec.Decode(&r); err != nil || r.ID == "" || r.OK == nil || dec.More() {
+			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))
+		}
+		cp.mu.Lock()
+		ch, ok := cp.waiting[r.ID]
+		delete(cp.waiting, r.ID)
+		cp.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("a result for %s, which is not in flight", quoteShort(r.ID))
+		}
+		ch <- r
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading its stdout: %w", err)
+	}
+	return nil
+}
+
+func (p *pipeHandler) logStderr(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	for sc.Scan() {
+		if s := strings.TrimSpace(sc.Text()); s != "" {
+			p.log.Info("co-process stderr", "stderr", p.secrets.mask(s))
+		}
+	}
+}
+
+// close ends the co-process at the end of the run: stdin closed (its cue to
+// exit), then killed after grace.
+func (p *pipeHandler) close(grace time.Duration) {
+	p.mu.Lock()
+	p.stopped = true
+	cp := p.cur
+	p.mu.Unlock()
+	if cp == nil || cp.over() {
+		return
+	}
+	cp.wmu.Lock()
+	cp.stdin.Close()
+	cp.wmu.Unlock()
+	select {
+	case <-cp.dead:
+	case <-time.After(grace):
+		cp.end(errors.New("still running after --grace at the end of the run"))
+	}
+}
+
+// end records why the co-process is over, kills its process group and
+// wakes every delivery waiting on it. Only the first reason is kept.
+func (cp *coproc) end(why error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.why != nil {
+		return
+	}
+	cp.why = why
+	if cp.cmd.Cancel != nil {
+		cp.cmd.Cancel() // the whole group
+	}
+	close(cp.dead)
+}
+
+func (cp *coproc) over() bool {
+	select {
+	case <-cp.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (cp *coproc) cause() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.why
+}
+
+// quoteShort quotes s, cut to 200 bytes.
+func quoteShort(s string) string {
+	if len(s) > 200 {
+		return fmt.Sprintf("%q...", s[:200])
+	}
+	return fmt.Sprintf("%q", s)
+}

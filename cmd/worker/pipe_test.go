@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// TestMain lets the test binary act as a co-process: with
+// SILT_TEST_COPROCESS=<mode> it speaks the --pipe protocol on stdin and
+// stdout instead of running tests.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("SILT_TEST_COPROCESS"); mode != "" {
+		coprocess(mode)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// coprocess answers each delivery by its payload's "do" field: ok, fail,
+// poison (permanent), garbage (a malformed line), stranger (a result for
+// another id), crash (exit 3), hang (no answer), late (answer after the
+// next delivery's answer: out of order).
+func coprocess(mode string) {
+	in := bufio.NewScanner(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex
+	answer := func(v any) { mu.Lock(); out.Encode(v); mu.Unlock() }
+	var held []string
+	for in.Scan() {
+		var d struct {
+			ID          string
+			Payload     map[string]string
+			Traceparent string
+		}
+		json.Unmarshal(in.Bytes(), &d)
+		switch d.Payload["do"] {
+		case "ok":
+			answer(map[string]any{"id": d.ID, "ok": true})
+			for _, id := range held {
+				answer(map[string]any{"id": id, "ok": true})
+			}
+			held = nil
+		case "late":
+			held = append(held, d.ID)
+		case "fail":
+			answer(map[string]any{"id": d.ID, "ok": false, "error": "declined"})
+		case "poison":
+			answer(map[string]any{"id": d.ID, "ok": false, "error": "bad entry", "permanent": true})
+		case "garbage":
+			fmt.Println("this is not JSON")
+		case "stranger":
+			answer(map[string]any{"id": "EVT_01JC3T7QG0000000000000Z", "ok": true})
+		case "crash":
+			os.Exit(3)
+		case "hang":
+		}
+		if mode == "stderr" {
+			fmt.Fprintln(os.Stderr, "handled", d.ID)
+		}
+	}
+}
+
+func delivery(i int, do string) stream.Delivery {
+	id, _ := brand.New(brand.EVT, brand.StreamID{MS: 1796000000000, Seq: uint64(i)})
+	return stream.Delivery{ID: id, StreamID: id.StreamID, Fields: stream.Fields{"do": do}}
+}
+
+func newTestPipe(t *testing.T, timeout time.Duration, restarts int) (*pipeHandler, *atomic.Value) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped atomic.Value
+	p := newPipeHandler([]string{exe}, timeout, restarts, []string{"SILT_TEST_COPROCESS=answer"}, nil,
+		slog.New(slog.DiscardHandler), func(err error) { stopped.Store(err) })
+	t.Cleanup(func() { p.close(time.Second) })
+	return p, &stopped
+}
+
+func TestPipe_ResultsInAnyOrderManyInFlight(t *testing.T) {
+	p, _ := newTestPipe(t, 10*time.Second, 0)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for i := range errs {
+		wg.Go(func() {
+			do := "ok"
+			if i%2 == 1 {
+				do = "late" // answered after a later "ok": out of order
+			}
+			errs[i] = p.handle(ctx, delivery(i, do))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !(i == len(errs)-1 || strings.Contains(err.Error(), "")) {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+	}
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok < len(errs)-1 { // a "late" one can be left with no "ok" after it
+		t.Fatalf("%d of %d succeeded: %v", ok, len(errs), errs)
+	}
+	if p.starts != 1 {
+		t.Fatalf("the co-process was started %d times", p.starts)
+	}
+}
+
+func TestPipe_FailuresAndPermanent(t *testing.T) {
+	p, _ := newTestPipe(t, 10*time.Second, 0)
+	ctx := context.Background()
+	if err := p.handle(ctx, delivery(1, "fail")); err == nil || stream.IsPermanent(err) || !strings.Contains(err.Error(), "declined") {
+		t.Fatalf("fail: %v", err)
+	}
+	if err := p.handle(ctx, delivery(2, "poison")); !stream.IsPermanent(err) || !strings.Contains(err.Error(), "bad entry") {
+		t.Fatalf("poison: %v", err)
+	}
+	if err := p.handle(ctx, delivery(3, "ok")); err != nil {
+		t.Fatalf("ok after failures: %v", err)
+	}
+}
+
+// A protocol break ends the co-process: what is in flight fails naming the
+// break, the next delivery gets a new co-process, and after --pipe-restarts
+// the run is stopped with ErrPipe.
+func TestPipe_BreaksRestartThenStopTheRun(t *testing.T) {
+	p, stopped := newTestPipe(t, 2*time.Second, 3)
+	ctx := context.Background()
+	for i, tc := range []struct{ do, want string }{
+		{"garbage", "malformed result line"},
+		{"stranger", "which is not in flight"},
+		{"crash", "exited: exit status 3"},
+		{"hang", "no result for"},
+	} {
+		err := p.handle(ctx, delivery(10+i, tc.do))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v, want an error saying %q", tc.do, err, tc.want)
+		}
+		if stopped.Load() != nil {
+			t.Fatalf("the run was stopped after %d breaks of 4 allowed starts", i+1)
+		}
+	}
+	err := p.handle(ctx, delivery(20, "ok"))
+	if !errors.Is(err, ErrPipe) || !strings.Contains(err.Error(), "started 4 times") {
+		t.Fatalf("fifth start: %v", err)
+	}
+	if stop, _ := stopped.Load().(error); !errors.Is(stop, ErrPipe) {
+		t.Fatalf("the run was not stopped: %v", stop)
+	}
+}
