@@ -70,8 +70,8 @@ func newPipeHandler(argv []string, timeout time.Duration, restarts int, env []st
 // coproc is one running co-process.
 type coproc struct {
 	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	wmu   sync.Mutex // one line at a time on stdin
+	lines chan []byte   // deliveries for the writer, which coalesces them
+	quit  chan struct{} // closed by close: the writer closes stdin
 
 	mu      sync.Mutex
 	waiting map[string]chan pipeResult
@@ -105,11 +105,9 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		delete(cp.waiting, id)
 		cp.mu.Unlock()
 	}()
-	cp.wmu.Lock()
-	_, err = cp.stdin.Write(append(line, '\n'))
-	cp.wmu.Unlock()
-	if err != nil {
-		cp.end(fmt.Errorf("writing to its stdin: %w", err))
+	select {
+	case cp.lines <- append(line, '\n'):
+	case <-cp.dead:
 		return fmt.Errorf("co-process: %w", cp.cause())
 	}
 	var timeout <-chan time.Time
@@ -190,7 +188,8 @@ func (p *pipeHandler) start() (*coproc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	cp := &coproc{cmd: cmd, stdin: stdin, waiting: map[string]chan pipeResult{}, dead: make(chan struct{})}
+	cp := &coproc{cmd: cmd, lines: make(chan []byte, 64), quit: make(chan struct{}), waiting: map[string]chan pipeResult{}, dead: make(chan struct{})}
+	go cp.write(stdin)
 	go p.logStderr(stderr)
 	go func() {
 		err := p.read(cp, stdout)
@@ -253,13 +252,40 @@ func (p *pipeHandler) close(grace time.Duration) {
 	if cp == nil || cp.over() {
 		return
 	}
-	cp.wmu.Lock()
-	cp.stdin.Close()
-	cp.wmu.Unlock()
+	close(cp.quit)
 	select {
 	case <-cp.dead:
 	case <-time.After(grace):
 		cp.end(errors.New("still running after --grace at the end of the run"))
+	}
+}
+
+// write sends the deliveries to stdin, as many as are queued in one write:
+// with several in flight, one system call carries them.
+func (cp *coproc) write(stdin io.WriteCloser) {
+	defer stdin.Close()
+	w := bufio.NewWriterSize(stdin, 64<<10)
+	for {
+		select {
+		case line := <-cp.lines:
+			w.Write(line)
+			for more := true; more; {
+				select {
+				case line = <-cp.lines:
+					w.Write(line)
+				default:
+					more = false
+				}
+			}
+			if err := w.Flush(); err != nil {
+				cp.end(fmt.Errorf("writing to its stdin: %w", err))
+				return
+			}
+		case <-cp.quit:
+			return
+		case <-cp.dead:
+			return
+		}
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -34,41 +34,51 @@ func TestMain(m *testing.M) {
 // another id), crash (exit 3), hang (no answer), late (answer after the
 // next delivery's answer: out of order).
 func coprocess(mode string) {
-	in := bufio.NewScanner(os.Stdin)
-	out := json.NewEncoder(os.Stdout)
-	var mu sync.Mutex
-	answer := func(v any) { mu.Lock(); out.Encode(v); mu.Unlock() }
+	if mode == "exec" { // the same handler as an exec handler: read the delivery, succeed
+		io.Copy(io.Discard, os.Stdin)
+		return
+	}
+	// Answers are buffered and flushed before a read would block: a
+	// minimal co-process that answers a burst in one write.
+	r := bufio.NewReaderSize(os.Stdin, 64<<10)
+	bw := bufio.NewWriter(os.Stdout)
+	defer bw.Flush()
+	out := json.NewEncoder(bw)
 	var held []string
-	for in.Scan() {
-		var d struct {
-			ID          string
-			Payload     map[string]string
-			Traceparent string
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
 		}
-		json.Unmarshal(in.Bytes(), &d)
+		var d struct {
+			ID      string
+			Payload map[string]string
+		}
+		json.Unmarshal(line, &d)
 		switch d.Payload["do"] {
 		case "ok":
-			answer(map[string]any{"id": d.ID, "ok": true})
+			out.Encode(map[string]any{"id": d.ID, "ok": true})
 			for _, id := range held {
-				answer(map[string]any{"id": id, "ok": true})
+				out.Encode(map[string]any{"id": id, "ok": true})
 			}
 			held = nil
 		case "late":
 			held = append(held, d.ID)
 		case "fail":
-			answer(map[string]any{"id": d.ID, "ok": false, "error": "declined"})
+			out.Encode(map[string]any{"id": d.ID, "ok": false, "error": "declined"})
 		case "poison":
-			answer(map[string]any{"id": d.ID, "ok": false, "error": "bad entry", "permanent": true})
+			out.Encode(map[string]any{"id": d.ID, "ok": false, "error": "bad entry", "permanent": true})
 		case "garbage":
-			fmt.Println("this is not JSON")
+			bw.WriteString("this is not JSON\n")
 		case "stranger":
-			answer(map[string]any{"id": "EVT_01JC3T7QG0000000000000Z", "ok": true})
+			out.Encode(map[string]any{"id": "EVT_01JC3T7QG0000000000000Z", "ok": true})
 		case "crash":
+			bw.Flush()
 			os.Exit(3)
 		case "hang":
 		}
-		if mode == "stderr" {
-			fmt.Fprintln(os.Stderr, "handled", d.ID)
+		if r.Buffered() == 0 {
+			bw.Flush()
 		}
 	}
 }

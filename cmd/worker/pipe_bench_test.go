@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// BenchmarkPipe_Ratio: the worker loop with --concurrency 8 and a minimal
+// Go co-process (this test binary, answering ok per line) as its --pipe
+// handler,
+//
+//   - /stdout (P10): ÷ the --stdout handler writing to io.Discard, goal >= 0.5;
+//   - /exec (P10b): ÷ the same minimal program as an --exec handler (one
+//     process per entry), goal >= 50.
+//
+//	go test -run '^$' -bench Pipe_Ratio -benchtime 9x ./cmd/worker
+func BenchmarkPipe_Ratio(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rdb := testserver.Redis(b).Client(b)
+	ctx := context.Background()
+	ks, _ := stream.NewKeyspace("", "bench")
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	const entries = 10000
+	batch := make([]stream.Fields, entries)
+	for i := range batch {
+		batch[i] = stream.Fields{"do": "ok", "user": fmt.Sprintf("u%06d", i), "amount": fmt.Sprint(i % 1000)}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+	round := 0
+	quiet := slog.New(slog.DiscardHandler)
+	// run handles up to limit entries from the start of the stream in a
+	// new group and returns how many it handled.
+	run := func(tb testing.TB, h stream.Handler, limit int64) int {
+		round++
+		g := fmt.Sprintf("g%d", round)
+		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
+			tb.Fatal(err)
+		}
+		c, _ := stream.NewConsumer(l, g, "w1")
+		c.Block, c.Concurrency, c.MaxEntries = time.Millisecond, 64, limit
+		sum, err := c.Run(ctx, h)
+		if err != nil || sum.Acked != min(limit, entries) {
+			tb.Fatalf("run: %+v %v", sum, err)
+		}
+		return int(sum.Acked)
+	}
+	pipe := func(tb testing.TB) int {
+		p := newPipeHandler([]string{exe}, time.Minute, 0, []string{"SILT_TEST_COPROCESS=answer"}, nil, quiet, func(error) {})
+		defer p.close(time.Second)
+		return run(tb, p.handle, entries)
+	}
+	b.Run("stdout", func(b *testing.B) {
+		benchratio.Compare(b, pipe, func(tb testing.TB) int { return run(tb, stdoutHandler(io.Discard), entries) })
+	})
+	b.Run("exec", func(b *testing.B) {
+		exec := execHandler([]string{exe}, time.Minute, []string{"SILT_TEST_COPROCESS=exec"}, nil, quiet)
+		benchratio.Compare(b, pipe, func(tb testing.TB) int { return run(tb, exec, 300) })
+	})
+}
