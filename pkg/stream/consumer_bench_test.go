@@ -74,6 +74,92 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 	benchratio.Compare(b, silt, raw)
 }
 
+// BenchmarkConsumerStrong_Ratio (P11) compares the same worker loop with a
+// stronger raw ceiling than P1's: reads of COUNT 1,000, each batch's XACK
+// carried in one pipeline with the next XREADGROUP (one round trip per
+// batch), the next batch read while this one is handled. Goal >= 0.9.
+//
+//	go test -run '^$' -bench ConsumerStrong_Ratio -benchtime 9x ./pkg/stream
+func BenchmarkConsumerStrong_Ratio(b *testing.B) {
+	const entries = 20000
+	rdb := testserver.Redis(b).Client(b)
+	ctx := context.Background()
+	l := benchStream(b, rdb, "events", entries, func(i int) stream.Fields {
+		return stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
+	})
+	round := 0
+	newGroup := func(tb testing.TB) string {
+		round++
+		g := fmt.Sprintf("g%d", round)
+		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
+			tb.Fatal(err)
+		}
+		return g
+	}
+	silt := func(tb testing.TB) int {
+		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
+		c.Block = 1
+		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
+		if err != nil || sum.Acked != entries {
+			tb.Fatalf("run: %+v %v", sum, err)
+		}
+		return entries
+	}
+	raw := func(tb testing.TB) int {
+		g := newGroup(tb)
+		type batch struct {
+			msgs []redis.XMessage
+			err  error
+		}
+		// read sends the previous batch's acks and the next read in one
+		// pipeline, in a goroutine: the caller handles meanwhile.
+		read := func(acks []string) <-chan batch {
+			ch := make(chan batch, 1)
+			go func() {
+				pipe := rdb.Pipeline()
+				if len(acks) > 0 {
+					pipe.XAck(ctx, l.Key(), g, acks...)
+				}
+				rd := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g, Consumer: "w1", Streams: []string{l.Key(), ">"}, Count: 1000, Block: -1})
+				_, err := pipe.Exec(ctx)
+				if err == redis.Nil {
+					err = nil
+				}
+				var msgs []redis.XMessage
+				if res, _ := rd.Result(); len(res) > 0 {
+					msgs = res[0].Messages
+				}
+				ch <- batch{msgs, err}
+			}()
+			return ch
+		}
+		n := 0
+		next := read(nil)
+		for {
+			b := <-next
+			if b.err != nil {
+				tb.Fatal(b.err)
+			}
+			if len(b.msgs) == 0 {
+				break
+			}
+			ids := make([]string, len(b.msgs))
+			for i, m := range b.msgs {
+				ids[i] = m.ID
+			}
+			next = read(ids) // the acks travel with the next read, issued before this batch is handled
+			for range b.msgs {
+				n++ // the no-op handler
+			}
+		}
+		if n != entries {
+			tb.Fatalf("raw read %d", n)
+		}
+		return n
+	}
+	benchratio.Compare(b, silt, raw)
+}
+
 // BenchmarkConsumer_Concurrency is the worker's scaling curve: 2,000 entries
 // through Consumer.Run with a handler that takes 1ms, at concurrency 1, 4
 // and 16. It reports entries/s and the ratio to the ideal (concurrency ×
