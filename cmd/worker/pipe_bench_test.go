@@ -20,10 +20,11 @@ import (
 // handler,
 //
 //   - /stdout (P10): ÷ the --stdout handler writing to io.Discard, goal >= 0.5;
+//
 //   - /exec (P10b): ÷ the same minimal program as an --exec handler (one
 //     process per entry), goal >= 50.
 //
-//	go test -run '^$' -bench Pipe_Ratio -benchtime 9x ./cmd/worker
+//     go test -run '^$' -bench Pipe_Ratio -benchtime 9x ./cmd/worker
 func BenchmarkPipe_Ratio(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
