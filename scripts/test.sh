@@ -34,7 +34,7 @@ server_env=$(scripts/servers.sh start all) # a server that does not start stops 
 eval "$server_env"
 
 step "unit tests (-race)"
-go test -race -count=1 $(go list ./... | grep -v /e2e)
+go test -race -count=1 -timeout 30m $(go list ./... | grep -v /e2e)
 
 step "fuzz targets (short)"
 # A count, not a duration: with -fuzztime 5s, Go 1.26's fuzz coordinator can
