@@ -2,19 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/internal/benchratio"
 	"github.com/silt-dev/silt/internal/telemetry"
-	"github.com/silt-dev/silt/internal/testserver"
-	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -34,24 +29,10 @@ func BenchmarkMetrics_Ratio(b *testing.B) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer receiver.Close()
-	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
-	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
-	batch := make([]stream.Fields, entries)
-	for i := range batch {
-		batch[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
-	}
-	if _, err := l.AppendBatch(ctx, batch); err != nil {
-		b.Fatal(err)
-	}
-	round := 0
+	_, l, _, _, newGroup := benchStream(b, entries, nil)
 	run := func(tb testing.TB, metrics bool) int {
-		round++
-		g := fmt.Sprintf("g%d", round)
-		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil && err != redis.Nil {
-			tb.Fatal(err)
-		}
+		g := newGroup(tb)
 		c, _ := stream.NewConsumer(l, g, "w1")
 		c.Block = 1
 		h := stream.Handler(func(context.Context, stream.Delivery) error { return nil })

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/internal/benchratio"
-	"github.com/silt-dev/silt/internal/testserver"
-	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -30,29 +27,14 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
-	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
 	const entries = 10000
-	batch := make([]stream.Fields, entries)
-	for i := range batch {
-		batch[i] = stream.Fields{"do": "ok", "user": fmt.Sprintf("u%06d", i), "amount": fmt.Sprint(i % 1000)}
-	}
-	if _, err := l.AppendBatch(ctx, batch); err != nil {
-		b.Fatal(err)
-	}
-	round := 0
+	_, l, _, _, newGroup := benchStream(b, entries, stream.Fields{"do": "ok"})
 	quiet := slog.New(slog.DiscardHandler)
 	// run handles up to limit entries from the start of the stream in a
 	// new group and returns how many it handled.
 	run := func(tb testing.TB, h stream.Handler, limit int64) int {
-		round++
-		g := fmt.Sprintf("g%d", round)
-		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
-			tb.Fatal(err)
-		}
-		c, _ := stream.NewConsumer(l, g, "w1")
+		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
 		c.Block, c.Concurrency, c.MaxEntries = time.Millisecond, 64, limit
 		sum, err := c.Run(ctx, h)
 		if err != nil || sum.Acked != min(limit, entries) {

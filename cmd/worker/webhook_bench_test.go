@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/internal/benchratio"
-	"github.com/silt-dev/silt/internal/testserver"
-	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -28,31 +25,15 @@ func BenchmarkWebhook_Ratio(b *testing.B) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	ks, _ := stream.NewKeyspace("", "bench")
-	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
 	const entries = 5000
-	batch := make([]stream.Fields, entries)
-	for i := range batch {
-		batch[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
-	}
-	ids, err := l.AppendBatch(ctx, batch)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, l, ids, batch, newGroup := benchStream(b, entries, nil)
 	bodies := make([][]byte, entries)
 	for i, id := range ids {
 		bodies[i], _ = encodeDelivery(stream.Delivery{ID: id, StreamID: id.StreamID, Fields: batch[i], Attempts: 1, Deliveries: 1, Group: "g", Consumer: "w1"})
 	}
-	round := 0
 	silt := func(tb testing.TB) int {
-		round++
-		g := fmt.Sprintf("g%d", round)
-		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
-			tb.Fatal(err)
-		}
-		c, _ := stream.NewConsumer(l, g, "w1")
+		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
 		c.Block, c.Concurrency = time.Millisecond, 8
 		sum, err := c.Run(ctx, webhookHandler(srv.URL, nil, time.Minute, 3))
 		if err != nil || sum.Acked != entries {

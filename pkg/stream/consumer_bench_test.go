@@ -22,30 +22,8 @@ import (
 //
 //	go test -run '^$' -bench Consumer_Ratio -benchtime 9x ./pkg/stream
 func BenchmarkConsumer_Ratio(b *testing.B) {
-	const entries = 20000
-	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	l := benchStream(b, rdb, "events", entries, func(i int) stream.Fields {
-		return stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
-	})
-	round := 0
-	newGroup := func(tb testing.TB) string {
-		round++
-		g := fmt.Sprintf("g%d", round)
-		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
-			tb.Fatal(err)
-		}
-		return g
-	}
-	silt := func(tb testing.TB) int {
-		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
-		c.Block = 1 // one millisecond: the end of the stream is reached once
-		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
-		if err != nil || sum.Acked != entries {
-			tb.Fatalf("run: %+v %v", sum, err)
-		}
-		return entries
-	}
+	rdb, l, newGroup, silt := noopConsumerBench(b)
 	raw := func(tb testing.TB) int {
 		g := newGroup(tb)
 		n := 0
@@ -66,7 +44,7 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 			}
 			n += len(ids)
 		}
-		if n != entries {
+		if n != consumerBenchEntries {
 			tb.Fatalf("raw read %d", n)
 		}
 		return n
@@ -81,30 +59,8 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 //
 //	go test -run '^$' -bench ConsumerStrong_Ratio -benchtime 9x ./pkg/stream
 func BenchmarkConsumerStrong_Ratio(b *testing.B) {
-	const entries = 20000
-	rdb := testserver.Redis(b).Client(b)
 	ctx := context.Background()
-	l := benchStream(b, rdb, "events", entries, func(i int) stream.Fields {
-		return stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
-	})
-	round := 0
-	newGroup := func(tb testing.TB) string {
-		round++
-		g := fmt.Sprintf("g%d", round)
-		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
-			tb.Fatal(err)
-		}
-		return g
-	}
-	silt := func(tb testing.TB) int {
-		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
-		c.Block = 1
-		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
-		if err != nil || sum.Acked != entries {
-			tb.Fatalf("run: %+v %v", sum, err)
-		}
-		return entries
-	}
+	rdb, l, newGroup, silt := noopConsumerBench(b)
 	raw := func(tb testing.TB) int {
 		g := newGroup(tb)
 		type batch struct {
@@ -152,7 +108,7 @@ func BenchmarkConsumerStrong_Ratio(b *testing.B) {
 				n++ // the no-op handler
 			}
 		}
-		if n != entries {
+		if n != consumerBenchEntries {
 			tb.Fatalf("raw read %d", n)
 		}
 		return n
@@ -198,6 +154,39 @@ func BenchmarkConsumer_Concurrency(b *testing.B) {
 
 // benchStream appends n entries made by fields to stream name of queue
 // "bench" and returns its log.
+// consumerBenchEntries is the stream of P1 and P11.
+const consumerBenchEntries = 20000
+
+// noopConsumerBench is the setup P1 and P11 share: a stream of 20,000
+// entries, a new group per round, and the worker round (Consumer.Run with
+// a no-op handler over the whole stream).
+func noopConsumerBench(b *testing.B) (*redis.Client, *stream.Log, func(testing.TB) string, benchratio.Round) {
+	rdb := testserver.Redis(b).Client(b)
+	ctx := context.Background()
+	l := benchStream(b, rdb, "events", consumerBenchEntries, func(i int) stream.Fields {
+		return stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
+	})
+	round := 0
+	newGroup := func(tb testing.TB) string {
+		round++
+		g := fmt.Sprintf("g%d", round)
+		if err := rdb.XGroupCreate(ctx, l.Key(), g, "0").Err(); err != nil {
+			tb.Fatal(err)
+		}
+		return g
+	}
+	silt := func(tb testing.TB) int {
+		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
+		c.Block = 1 // one millisecond: the end of the stream is reached once
+		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { return nil })
+		if err != nil || sum.Acked != consumerBenchEntries {
+			tb.Fatalf("run: %+v %v", sum, err)
+		}
+		return consumerBenchEntries
+	}
+	return rdb, l, newGroup, silt
+}
+
 func benchStream(b *testing.B, rdb *redis.Client, name string, n int, fields func(int) stream.Fields) *stream.Log {
 	b.Helper()
 	ks, _ := stream.NewKeyspace("", "bench")
