@@ -140,6 +140,12 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 	client.RetryMax = retries
 	client.RetryWaitMin, client.RetryWaitMax = 100*time.Millisecond, 2*time.Second
 	client.HTTPClient.Timeout = timeout
+	if t, ok := client.HTTPClient.Transport.(*http.Transport); ok {
+		// Keep a connection per handler in flight: the pooled default
+		// (GOMAXPROCS+1) closes the rest after each call, and with
+		// --concurrency 8 on 2 cores most calls paid a new TCP connection.
+		t.MaxIdleConnsPerHost = maxWebhookConns
+	}
 	client.HTTPClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	client.Logger = nil
 	client.CheckRetry = webhookRetryPolicy
@@ -179,6 +185,10 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 		return webhookResult(resp.StatusCode)
 	}
 }
+
+// maxWebhookConns bounds the idle connections kept to the webhook host: above
+// any sensible --concurrency.
+const maxWebhookConns = 256
 
 func webhookResult(status int) error {
 	switch {
