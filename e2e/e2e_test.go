@@ -24,9 +24,14 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	// SILT_BUILD_TAGS builds broken binaries for the negative controls
-	// (negative_test.go); it is empty otherwise.
-	build := exec.Command("go", "build", "-tags", os.Getenv("SILT_BUILD_TAGS"), "-o", dir+string(os.PathSeparator), "../cmd/worker", "../cmd/archiver")
+	// The binaries honour SILT_FAILPOINT (the crash tests' kills), which
+	// only a silt_failpoints build does. SILT_BUILD_TAGS adds the tags of
+	// the broken binaries of the negative controls (negative_test.go).
+	tags := "silt_failpoints"
+	if extra := os.Getenv("SILT_BUILD_TAGS"); extra != "" {
+		tags += "," + extra
+	}
+	build := exec.Command("go", "build", "-tags", tags, "-o", dir+string(os.PathSeparator), "../cmd/worker", "../cmd/archiver")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)

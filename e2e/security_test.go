@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 
 	"path/filepath"
 	"slices"
@@ -180,4 +181,26 @@ func TestArchiver_KillAtEachStepOverTLS(t *testing.T) {
 	f := testserver.NewTLS(t, "127.0.0.1")
 	t.Setenv("EMQ_REDIS_CA", f.CA)
 	killAtEachStep(t, testserver.RedisTLS(t, f))
+}
+
+// TestRelease_FailpointsCompiledOut: a binary built as the README and the
+// Dockerfile build it ignores SILT_FAILPOINT, so nothing in the environment
+// can make a shipped worker kill itself; the test build (silt_failpoints)
+// does die there, which shows the variable is the one the crash tests use.
+func TestRelease_FailpointsCompiledOut(t *testing.T) {
+	release := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-o", release, "../cmd/worker")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g", "SILT_FAILPOINT=after-read:1"}
+	silt(t, strings.Repeat(`{"k":"v"}`+"\n", 5), env, "worker", "append")
+	if _, errOut, err := runBin(filepath.Join(binDir, "worker"), env, "run", "--block", "100ms", "--stdout"); err == nil {
+		t.Fatalf("the test build ran past SILT_FAILPOINT=after-read:1\n%s", errOut)
+	}
+	out, errOut, err := runBin(release, env, "run", "--block", "100ms", "--stdout")
+	if err != nil || strings.Count(out, "\n") != 5 || strings.Contains(errOut, "failpoint") {
+		t.Fatalf("the release build under SILT_FAILPOINT: %v\n%s\n%s", err, out, errOut)
+	}
 }

@@ -439,6 +439,7 @@ func (p *progress) done() {
 	}
 }
 
-// failpointFromEnv reads SILT_FAILPOINT=STEP:N (crash tests only): the
-// process kills itself with SIGKILL the Nth time it reaches STEP.
-func failpointFromEnv() func(string) { return clix.Failpoint(os.Getenv("SILT_FAILPOINT")) }
+// failpointFromEnv reads SILT_FAILPOINT=STEP:N in a build with the
+// silt_failpoints tag (crash tests only): the process kills itself with
+// SIGKILL the Nth time it reaches STEP. Release builds ignore it.
+func failpointFromEnv() func(string) { return clix.FailpointFromEnv() }

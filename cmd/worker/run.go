@@ -279,11 +279,12 @@ func printSummary(w io.Writer, s *setup, sum stream.Summary) error {
 	return err
 }
 
-// failpointFromEnv reads SILT_FAILPOINT=NAME:N (crash tests only).
+// failpointFromEnv reads SILT_FAILPOINT=NAME:N in a build with the
+// silt_failpoints tag (crash tests only); release builds ignore it.
 func failpointFromEnv(log *slog.Logger) func(string) {
-	fp := clix.Failpoint(os.Getenv("SILT_FAILPOINT"))
+	fp := clix.FailpointFromEnv()
 	if fp != nil {
-		log.Warn("failpoint armed", "spec", os.Getenv("SILT_FAILPOINT"))
+		log.Warn("failpoint armed (a silt_failpoints build)", "spec", os.Getenv("SILT_FAILPOINT"))
 	}
 	return fp
 }

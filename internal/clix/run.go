@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -49,24 +45,6 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 		return ExitUsage
 	}
 	return ExitFailure
-}
-
-// Failpoint turns a SILT_FAILPOINT value NAME:N into a hook that kills the
-// process with SIGKILL the Nth time it reaches NAME; it returns nil for an
-// empty or malformed value. Crash tests use it; nothing else should.
-func Failpoint(spec string) func(string) {
-	name, nth, ok := strings.Cut(spec, ":")
-	n, err := strconv.Atoi(nth)
-	if spec == "" || !ok || err != nil || n < 1 {
-		return nil
-	}
-	var hits atomic.Int64
-	return func(at string) {
-		if at == name && hits.Add(1) == int64(n) {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
-		}
-	}
 }
 
 // refuseRepeated returns a usage error for a single-valued flag given more

@@ -1,0 +1,10 @@
+//go:build !silt_failpoints
+
+package clix
+
+// FailpointsBuilt tells whether this binary honours SILT_FAILPOINT: a
+// release build (this one) does not.
+const FailpointsBuilt = false
+
+// FailpointFromEnv is nil in a release build: SILT_FAILPOINT is ignored.
+func FailpointFromEnv() func(string) { return nil }
