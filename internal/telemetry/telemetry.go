@@ -24,6 +24,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -94,7 +95,13 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("OTLP metrics exporter: %w", err)
 		}
-		t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+		opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp))}
+		if !t.Traces && os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+			// Exemplars point at spans; without exported traces they are
+			// a cost per measurement with nothing to point at.
+			opts = append(opts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+		}
+		t.mp = sdkmetric.NewMeterProvider(opts...)
 		t.Meter = t.mp.Meter("github.com/silt-dev/silt/" + service)
 	}
 	if t.Traces {
