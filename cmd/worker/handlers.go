@@ -7,7 +7,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/internal/jsonx"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -47,7 +47,42 @@ type deliveryDoc struct {
 }
 
 func encodeDelivery(d stream.Delivery) ([]byte, error) {
-	return json.Marshal(deliveryDocOf(d))
+	return appendDelivery(make([]byte, 0, 256), deliveryDocOf(d)), nil
+}
+
+// appendDelivery writes doc as encoding/json would (TestAppendDelivery), at
+// a fraction of the cost: every handler call writes one.
+func appendDelivery(b []byte, doc deliveryDoc) []byte {
+	b = append(b, `{"id":`...)
+	b = jsonx.AppendString(b, doc.ID)
+	b = append(b, `,"stream_id":`...)
+	b = jsonx.AppendString(b, doc.StreamID)
+	b = append(b, `,"attempts":`...)
+	b = jsonx.AppendInt(b, doc.Attempts)
+	b = append(b, `,"deliveries":`...)
+	b = jsonx.AppendInt(b, doc.Deliveries)
+	b = append(b, `,"group":`...)
+	b = jsonx.AppendString(b, doc.Group)
+	b = append(b, `,"consumer":`...)
+	b = jsonx.AppendString(b, doc.Consumer)
+	b = append(b, `,"payload":`...)
+	b = jsonx.AppendStringMap(b, doc.Payload)
+	if len(doc.PayloadBase64) > 0 {
+		b = append(b, `,"payload_base64":`...)
+		b = jsonx.AppendStringMap(b, doc.PayloadBase64)
+	}
+	if doc.Recovered {
+		b = append(b, `,"recovered":true`...)
+	}
+	if doc.Replay != "" {
+		b = append(b, `,"replay":`...)
+		b = jsonx.AppendString(b, doc.Replay)
+	}
+	if doc.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsonx.AppendString(b, doc.Traceparent)
+	}
+	return append(b, '}')
 }
 
 func deliveryDocOf(d stream.Delivery) deliveryDoc {

@@ -83,10 +83,7 @@ type coproc struct {
 func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	doc := deliveryDocOf(d)
 	doc.Traceparent = traceparentOf(ctx)
-	line, err := json.Marshal(doc)
-	if err != nil {
-		return stream.Permanent(err)
-	}
+	line := appendDelivery(make([]byte, 0, 256), doc)
 	cp, err := p.running()
 	if err != nil {
 		return err
@@ -213,8 +210,7 @@ func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
 	sc.Buffer(make([]byte, 4096), maxResultLine)
 	for sc.Scan() {
 		var r pipeResult
-		dec := json.NewDecoder(strings.NewReader(sc.Text()))
-		if err := dec.Decode(&r); err != nil || r.ID == "" || r.OK == nil || dec.More() {
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.ID == "" || r.OK == nil {
 			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))
 		}
 		cp.mu.Lock()
