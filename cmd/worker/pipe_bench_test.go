@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkPipe_Ratio: the worker loop with --concurrency 8 and a minimal
-// Go co-process (this test binary, answering ok per line) as its --pipe
+// Go co-process (this test binary: it reads each line's id and answers ok,
+// buffering its answers until its input is drained) as its --pipe
 // handler,
 //
 //   - /stdout (P10): ÷ the --stdout handler writing to io.Discard, goal >= 0.5;
@@ -43,7 +44,7 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 		return int(sum.Acked)
 	}
 	pipe := func(tb testing.TB) int {
-		p := newPipeHandler([]string{exe}, time.Minute, 0, []string{"SILT_TEST_COPROCESS=answer"}, nil, quiet, func(error) {})
+		p := newPipeHandler([]string{exe}, time.Minute, 0, []string{"SILT_TEST_COPROCESS=ok"}, nil, quiet, func(error) {})
 		defer p.close(time.Second)
 		return run(tb, p.handle, entries)
 	}
