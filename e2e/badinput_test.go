@@ -326,3 +326,32 @@ func TestBadInput_ForeignRemoteAndNewerFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnly_LeavesNoDataDir: archiver read, status, verify and export,
+// run in an empty directory with the default --data-dir, leave nothing
+// there (they used to create ./silt-data and an empty remote in it).
+func TestReadOnly_LeavesNoDataDir(t *testing.T) {
+	srv := testserver.Redis(t)
+	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events"}
+	feed(t, env, 20)
+	cwd := t.TempDir()
+	target := t.TempDir()
+	for _, args := range [][]string{{"read"}, {"status"}, {"verify"}, {"export", "--to", "file://" + target}} {
+		cmd := exec.Command(filepath.Join(binDir, "archiver"), args...)
+		cmd.Dir = cwd
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "EMQ_DATA_DIR=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		transcript.add(string(out))
+		if err != nil {
+			t.Fatalf("archiver %v: %v\n%s", args, err, out)
+		}
+		if left, _ := os.ReadDir(cwd); len(left) != 0 {
+			t.Fatalf("archiver %v left %s in its working directory", args, left[0].Name())
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/redis/go-redis/v9"
@@ -39,9 +41,15 @@ type env struct {
 	exportTo     fence.Store // archiver run --export-to
 	exportFormat export.Format
 	metrics      *archiverMetrics // archiver run
+	cleanup      func()           // removes a read's temporary data directory
 }
 
-func (e *env) close() { e.rdb.Close() }
+func (e *env) close() {
+	e.rdb.Close()
+	if e.cleanup != nil {
+		e.cleanup()
+	}
+}
 
 // openEnv validates flags, connects to Redis and opens the remote (probing
 // it when write is set).
@@ -86,8 +94,24 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		rdb.Close()
 		return nil, err
 	}
-	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote)}, nil
+	var cleanup func()
+	if _, err := os.Stat(dataDir); lookOnly[c.Command.Name] && errors.Is(err, fs.ErrNotExist) {
+		// A command that only looks keeps its page cache in a temporary
+		// directory rather than create the data directory: looking leaves
+		// nothing behind. (pull is there to fill the data directory.)
+		tmp, err := os.MkdirTemp("", "silt-read-")
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		dataDir, cleanup = tmp, func() { os.RemoveAll(tmp) }
+	}
+	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup}, nil
 }
+
+// lookOnly are the commands that read and never need the data directory
+// after they exit.
+var lookOnly = map[string]bool{"read": true, "status": true, "export": true, "verify": true}
 
 // openArchive opens the archive of one stream (or of a group's dead letters)
 // of the --queue.

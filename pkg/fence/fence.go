@@ -13,8 +13,10 @@ var (
 	ErrExists = errors.New("object exists")
 	// ErrNotFound: Get found no object under the key.
 	ErrNotFound = errors.New("object not found")
+	// ErrReadOnly: a store opened for reading was asked to write.
+	ErrReadOnly = errors.New("store opened read-only")
 	// ErrBadKey: the key is empty, absolute, contains ".." or bytes outside
-	// [A-Za-z0-9._/-], or has an empty segment.
+	// [A-Za-z0-9._=~/-], or has an empty segment.
 	ErrBadKey = errors.New("bad key")
 	// ErrBadURL: Open could not make sense of a store URL.
 	ErrBadURL = errors.New("bad store URL")

@@ -21,7 +21,8 @@ const tmpDir = ".tmp"
 // fails if the name exists, and fsyncs the directory: the whole object
 // appears at once, and only once.
 type Local struct {
-	root string
+	root     string
+	readOnly bool
 }
 
 var _ Store = (*Local)(nil)
@@ -37,6 +38,17 @@ func OpenLocal(dir string) (*Local, error) {
 	return &Local{root: dir}, nil
 }
 
+// OpenLocalReadOnly opens a local store for reading only: nothing is
+// created, a directory that does not exist is an empty store, and Create and
+// Delete fail with ErrReadOnly. Readers (archiver read, status) use it, so
+// that looking leaves no directory behind.
+func OpenLocalReadOnly(dir string) (*Local, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("local store %q: %w: the directory must be absolute", dir, ErrBadURL)
+	}
+	return &Local{root: dir, readOnly: true}, nil
+}
+
 // Root returns the store's directory.
 func (l *Local) Root() string { return l.root }
 
@@ -49,6 +61,9 @@ func (l *Local) path(key string) (string, error) {
 
 // Create implements Store.
 func (l *Local) Create(ctx context.Context, key string, body []byte) error {
+	if l.readOnly {
+		return fmt.Errorf("create %s: %w", key, ErrReadOnly)
+	}
 	dst, err := l.path(key)
 	if err != nil {
 		return err
@@ -166,6 +181,9 @@ func readRange(f *os.File, key string, r Range) ([]byte, error) {
 
 // List implements Store.
 func (l *Local) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if _, err := os.Stat(l.root); errors.Is(err, fs.ErrNotExist) && l.readOnly {
+		return nil, nil // nothing was ever stored here
+	}
 	var keys []string
 	err := filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -198,6 +216,9 @@ func (l *Local) List(ctx context.Context, prefix, after string, limit int) ([]st
 
 // Delete implements Store.
 func (l *Local) Delete(ctx context.Context, key string) error {
+	if l.readOnly {
+		return fmt.Errorf("delete %s: %w", key, ErrReadOnly)
+	}
 	p, err := l.path(key)
 	if err != nil {
 		return err

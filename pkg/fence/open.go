@@ -136,17 +136,21 @@ func redactErr(err error) error {
 
 // Open opens the store a URL names. With write set it also probes that the
 // store refuses a second create of one key, and refuses to return a store
-// that does not.
+// that does not. Without it a local directory is opened read-only
+// (OpenLocalReadOnly): nothing is created.
 func Open(ctx context.Context, raw string, write bool) (Store, error) {
 	dir, cfg, err := ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
 	var st Store
-	if cfg != nil {
+	switch {
+	case cfg != nil:
 		st, err = OpenS3(ctx, *cfg)
-	} else {
+	case write:
 		st, err = OpenLocal(dir)
+	default:
+		st, err = OpenLocalReadOnly(dir)
 	}
 	if err != nil || !write {
 		return st, err
