@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,8 +26,11 @@ type workerMetrics struct {
 	set   attribute.Set
 
 	delivered, acked, failed, deadLettered, duplicates, recovered metric.Int64Counter
-	handlerDuration, batchSize, runDuration                       metric.Float64Histogram
+	batchSize, runDuration                                        metric.Float64Histogram
 	runs                                                          metric.Int64Counter
+	// handler durations: one measurement per call, so recorded through
+	// telemetry.Histogram (ok, failed, permanent).
+	handlerOK, handlerFailed, handlerPermanent *telemetry.HistogramSeries
 
 	last stream.Summary
 }
@@ -51,9 +55,6 @@ func newWorkerMetrics(tel *telemetry.Telemetry, queue, streamName, group string)
 			metric.WithDescription("Payloads trimmed while pending, recovered from the archive."))),
 		runs: must(m.Int64Counter("silt.worker.runs", metric.WithUnit("{run}"),
 			metric.WithDescription("Runs ended, by exit reason."))),
-		handlerDuration: telemetry.Must(m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
-			metric.WithDescription("Handler call duration (error.type set when it failed)."),
-			metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))),
 		batchSize: telemetry.Must(m.Float64Histogram("silt.worker.batch.size", metric.WithUnit("{message}"),
 			metric.WithDescription("Entries per batch read."),
 			metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2000))),
@@ -61,6 +62,12 @@ func newWorkerMetrics(tel *telemetry.Telemetry, queue, streamName, group string)
 			metric.WithDescription("Run duration, by exit reason."),
 			metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))),
 	}
+	hd := tel.Histogram("messaging.process.duration", "s", "Handler call duration (error.type set when it failed).",
+		[]float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300})
+	base := set.ToSlice()
+	w.handlerOK = hd.Series(base...)
+	w.handlerFailed = hd.Series(append(slices.Clip(base), telemetry.KeyErrorType.String("handler_error"))...)
+	w.handlerPermanent = hd.Series(append(slices.Clip(base), telemetry.KeyErrorType.String("permanent"))...)
 	return w
 }
 
@@ -135,15 +142,16 @@ func (w *workerMetrics) wrap(h stream.Handler) stream.Handler {
 		start := time.Now()
 		err := h(ctx, d)
 		took := time.Since(start).Seconds()
+		switch {
+		case err == nil:
+			w.handlerOK.Record(took)
+		case stream.IsPermanent(err):
+			w.handlerPermanent.Record(took)
+		default:
+			w.handlerFailed.Record(took)
+		}
 		if err != nil {
-			kind := "handler_error"
-			if stream.IsPermanent(err) {
-				kind = "permanent"
-			}
 			span.SetStatus(codes.Error, err.Error())
-			w.handlerDuration.Record(ctx, took, w.attrs, metric.WithAttributes(telemetry.KeyErrorType.String(kind)))
-		} else {
-			w.handlerDuration.Record(ctx, took, w.attrs)
 		}
 		span.End()
 		return err

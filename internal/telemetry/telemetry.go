@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -55,8 +56,9 @@ type Telemetry struct {
 	// Traces whether spans are (OTEL_TRACES_EXPORTER is not "none").
 	Enabled, Traces bool
 
-	mp *sdkmetric.MeterProvider
-	tp *sdktrace.TracerProvider
+	mp       *sdkmetric.MeterProvider
+	tp       *sdktrace.TracerProvider
+	producer *producer // the Histograms, collected pre-aggregated
 }
 
 // Propagator reads and writes W3C traceparent and tracestate.
@@ -72,7 +74,8 @@ var Propagator = propagation.TraceContext{}
 // defines them. Traces are always given ids, so that an entry stamped here
 // or continued here carries a valid traceparent, exported or not.
 func Setup(ctx context.Context, service string) (*Telemetry, error) {
-	t := &Telemetry{Meter: metricnoop.NewMeterProvider().Meter(service)}
+	scope := "github.com/silt-dev/silt/" + service
+	t := &Telemetry{Meter: metricnoop.NewMeterProvider().Meter(service), producer: &producer{scope: instrumentation.Scope{Name: scope}}}
 	endpoint := firstEnv("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	t.Enabled = endpoint != "" && !strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true")
 	metrics := t.Enabled && os.Getenv("OTEL_METRICS_EXPORTER") != "none"
@@ -95,14 +98,14 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("OTLP metrics exporter: %w", err)
 		}
-		opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp))}
+		opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithProducer(t.producer)))}
 		if !t.Traces && os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
 			// Exemplars point at spans; without exported traces they are
 			// a cost per measurement with nothing to point at.
 			opts = append(opts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 		}
 		t.mp = sdkmetric.NewMeterProvider(opts...)
-		t.Meter = t.mp.Meter("github.com/silt-dev/silt/" + service)
+		t.Meter = t.mp.Meter(scope)
 	}
 	if t.Traces {
 		texp, err := otlptracehttp.New(ctx)
@@ -112,7 +115,7 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 		topts = append(topts, sdktrace.WithBatcher(texp))
 	}
 	t.tp = sdktrace.NewTracerProvider(topts...)
-	t.Tracer = t.tp.Tracer("github.com/silt-dev/silt/" + service)
+	t.Tracer = t.tp.Tracer(scope)
 	return t, nil
 }
 
