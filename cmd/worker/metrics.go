@@ -122,40 +122,46 @@ func (w *workerMetrics) endReplay(res archive.ReplayResult, err error, took time
 }
 
 // wrap times each handler call and, for an entry with a traceparent field,
-// gives it a consumer span, a child of that trace. The handler's context carries
+// gives it a consumer span, a child of that trace (only such entries get
+// one: the rest would be root spans of one call each, a cost without a
+// reader). The handler's context carries
 // the span, so exec and webhook handlers pass it on.
 func (w *workerMetrics) wrap(h stream.Handler) stream.Handler {
 	return func(ctx context.Context, d stream.Delivery) error {
 		tp := d.Fields[traceparentField]
-		if tp != "" {
-			ctx = telemetry.Propagator.Extract(ctx, propagation.MapCarrier{traceparentField: tp, "tracestate": d.Fields["tracestate"]})
+		if tp == "" { // no trace to continue: time the call, nothing more
+			return w.timed(ctx, d, h)
 		}
-		// Only an entry that carries a trace gets a span: the rest would
-		// be root spans of one call each, a cost without a reader. When
-		// nothing is exported the entry's own context is passed on as it is.
-		span := trace.SpanFromContext(ctx)
-		if w.tel.Traces && span.SpanContext().IsValid() {
-			ctx, span = w.tel.Tracer.Start(ctx, "process "+w.destination(), trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithAttributes(w.set.ToSlice()...), trace.WithAttributes(telemetry.KeyOperation.String("process"),
-					telemetry.KeyMessageID.String(d.ID.String())))
+		ctx = telemetry.Propagator.Extract(ctx, propagation.MapCarrier{traceparentField: tp, "tracestate": d.Fields["tracestate"]})
+		if !w.tel.Traces { // nothing exported: the entry's own context is passed on as it is
+			return w.timed(ctx, d, h)
 		}
-		start := time.Now()
-		err := h(ctx, d)
-		took := time.Since(start).Seconds()
-		switch {
-		case err == nil:
-			w.handlerOK.Record(took)
-		case stream.IsPermanent(err):
-			w.handlerPermanent.Record(took)
-		default:
-			w.handlerFailed.Record(took)
-		}
+		ctx, span := w.tel.Tracer.Start(ctx, "process "+w.destination(), trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(w.set.ToSlice()...), trace.WithAttributes(telemetry.KeyOperation.String("process"),
+				telemetry.KeyMessageID.String(d.ID.String())))
+		err := w.timed(ctx, d, h)
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 		return err
 	}
+}
+
+// timed calls h and records its duration by outcome.
+func (w *workerMetrics) timed(ctx context.Context, d stream.Delivery, h stream.Handler) error {
+	start := time.Now()
+	err := h(ctx, d)
+	took := time.Since(start).Seconds()
+	switch {
+	case err == nil:
+		w.handlerOK.Record(took)
+	case stream.IsPermanent(err):
+		w.handlerPermanent.Record(took)
+	default:
+		w.handlerFailed.Record(took)
+	}
+	return err
 }
 
 func (w *workerMetrics) destination() string {
