@@ -510,4 +510,9 @@ func TestExport_InsideArchiverRun(t *testing.T) {
 		i = j
 	}
 	sameRows(t, "DuckDB after archiver run --export-to", duckRows(t, target, ""), want)
+	// --verify of a target that holds no export says so instead of "verified".
+	code, _, errOut := exitCode(t, env, "", "archiver", "export", "--stream", "orders", "--to", "file://"+t.TempDir(), "--verify")
+	if code != 1 || !strings.Contains(errOut, "no export of this stream") {
+		t.Fatalf("verify of an empty target: exit %d, %s", code, errOut)
+	}
 }

@@ -350,6 +350,9 @@ func TestExport_RefusesAnotherSourceOrFormat(t *testing.T) {
 func TestVerify_FindsTampering(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	if err := export.Verify(ctx, e.target, "orders"); !errors.Is(err, export.ErrNoExport) {
+		t.Fatalf("verify of an empty target: %v", err)
+	}
 	e.feed(t, 500, 10*time.Second)
 	x, _ := export.New(e.a, e.target, export.Options{})
 	if _, err := x.Run(ctx, stream.First, stream.Last); err != nil {

@@ -186,7 +186,8 @@ func hourOf(s brand.StreamID) uint64 { return s.MS / uint64(time.Hour/time.Milli
 // Verify checks the export named name in store: the manifests form one
 // chain (seq 1, 2, ... each naming its predecessor's hash), their ranges
 // ascend without overlap, and every file is there with the size and SHA-256
-// its manifest announces. It reads every object: an audit, not a run's step.
+// its manifest announces; a target holding no export of name is ErrNoExport.
+// It reads every object: an audit, not a run's step.
 func Verify(ctx context.Context, store fence.Store, name string) error {
 	var prev *Manifest
 	var prevTo brand.StreamID
@@ -216,5 +217,12 @@ func Verify(ctx context.Context, store fence.Store, name string) error {
 		}
 		prev, prevTo = m, to
 	}
+	if prev == nil {
+		return fmt.Errorf("export %s: %w", name, ErrNoExport)
+	}
 	return nil
 }
+
+// ErrNoExport is wrapped when the target holds no export of the name: a
+// wrong target or prefix, or nothing exported yet.
+var ErrNoExport = errors.New("no export of this stream under the target (wrong target or prefix?)")
