@@ -37,30 +37,28 @@ type workerMetrics struct {
 
 func newWorkerMetrics(tel *telemetry.Telemetry, queue, streamName, group string) *workerMetrics {
 	m := tel.Meter
-	must := telemetry.Must[metric.Int64Counter]
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		return telemetry.Must(m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc)))
+	}
+	histogram := func(name, unit, desc string, bounds ...float64) metric.Float64Histogram {
+		return telemetry.Must(m.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(bounds...)))
+	}
 	set := attribute.NewSet(telemetry.KeySystem.String("redis"), telemetry.KeyQueue.String(queue),
 		telemetry.KeyDestination.String(streamName), telemetry.KeyGroup.String(group))
 	w := &workerMetrics{tel: tel, set: set, attrs: metric.WithAttributeSet(set),
-		delivered: must(m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
-			metric.WithDescription("Entries handed to the handler (attribute silt.delivery.source: drained, claimed, new, catch_up)."))),
-		acked: must(m.Int64Counter("silt.worker.acked", metric.WithUnit("{message}"),
-			metric.WithDescription("Entries handled (or found already handled) and acked."))),
-		failed: must(m.Int64Counter("silt.worker.failed", metric.WithUnit("{message}"),
-			metric.WithDescription("Handler failures left pending for a retry."))),
-		deadLettered: must(m.Int64Counter("silt.worker.dead_lettered", metric.WithUnit("{message}"),
-			metric.WithDescription("Entries moved to the group's dead-letter stream."))),
-		duplicates: must(m.Int64Counter("silt.worker.duplicates_skipped", metric.WithUnit("{message}"),
-			metric.WithDescription("Entries the group had handled already (dedupe markers), acked without the handler."))),
-		recovered: must(m.Int64Counter("silt.worker.recovered", metric.WithUnit("{message}"),
-			metric.WithDescription("Payloads trimmed while pending, recovered from the archive."))),
-		runs: must(m.Int64Counter("silt.worker.runs", metric.WithUnit("{run}"),
-			metric.WithDescription("Runs ended, by exit reason."))),
-		batchSize: telemetry.Must(m.Float64Histogram("silt.worker.batch.size", metric.WithUnit("{message}"),
-			metric.WithDescription("Entries per batch read."),
-			metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2000))),
-		runDuration: telemetry.Must(m.Float64Histogram("silt.worker.run.duration", metric.WithUnit("s"),
-			metric.WithDescription("Run duration, by exit reason."),
-			metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))),
+		delivered: counter("messaging.client.consumed.messages", "{message}",
+			"Entries handed to the handler (attribute silt.delivery.source: drained, claimed, new, catch_up)."),
+		acked:        counter("silt.worker.acked", "{message}", "Entries handled (or found already handled) and acked."),
+		failed:       counter("silt.worker.failed", "{message}", "Handler failures left pending for a retry."),
+		deadLettered: counter("silt.worker.dead_lettered", "{message}", "Entries moved to the group's dead-letter stream."),
+		duplicates: counter("silt.worker.duplicates_skipped", "{message}",
+			"Entries the group had handled already (dedupe markers), acked without the handler."),
+		recovered: counter("silt.worker.recovered", "{message}", "Payloads trimmed while pending, recovered from the archive."),
+		runs:      counter("silt.worker.runs", "{run}", "Runs ended, by exit reason."),
+		batchSize: histogram("silt.worker.batch.size", "{message}", "Entries per batch read.", 1, 10, 50, 100, 250, 500, 1000, 2000),
+		runDuration: histogram("silt.worker.run.duration", "s", "Run duration, by exit reason.",
+			1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
 	}
 	hd := tel.Histogram("messaging.process.duration", "s", "Handler call duration (error.type set when it failed).",
 		[]float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300})
