@@ -140,9 +140,3 @@ func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadG
 	}
 	return archive.OpenWith(ctx, l, e.dataDir, e.store, archive.OpenOptions{Warn: func(msg string) { e.log.Warn(msg) }})
 }
-
-// isUsage reports whether err is a usage error.
-func isUsage(err error) bool {
-	var ue *clix.UsageError
-	return errors.As(err, &ue)
-}

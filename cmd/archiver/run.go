@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -359,27 +358,25 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 		}
 		return out, nil
 	}
-	name := `([A-Za-z0-9._-]+)`
-	queue, match := regexp.QuoteMeta(ks.Queue), escapeGlob(ks.Prefix+":{"+ks.Queue+"}:")+"*"
+	match := escapeGlob(ks.Prefix+":{"+ks.Queue+"}:") + "*"
 	if ks.Queue == "" {
-		queue, match = name, escapeGlob(ks.Prefix)+":{*}:*"
-	} else {
-		queue = "(" + queue + ")"
+		match = escapeGlob(ks.Prefix) + ":{*}:*"
 	}
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(ks.Prefix) + `:\{` + queue + `\}:(?:stream:` + name + `|dead:` + name + `:` + name + `)$`)
 	var mu sync.Mutex
 	var out []target
 	scan := func(ctx context.Context, client redis.UniversalClient) error {
 		iter := client.Scan(ctx, 0, match, 1000).Iterator()
 		for iter.Next(ctx) {
-			m := re.FindStringSubmatch(iter.Val())
+			k, ok := stream.ParseKey(iter.Val())
+			if !ok || k.Prefix != ks.Prefix || (ks.Queue != "" && k.Queue != ks.Queue) {
+				continue
+			}
 			mu.Lock()
-			switch {
-			case m == nil:
-			case m[2] != "":
-				out = append(out, target{Queue: m[1], Stream: m[2]})
-			default:
-				out = append(out, target{Queue: m[1], Stream: m[3], Dead: m[4]})
+			switch k.Type {
+			case "stream":
+				out = append(out, target{Queue: k.Queue, Stream: k.Stream})
+			case "dead":
+				out = append(out, target{Queue: k.Queue, Stream: k.Stream, Dead: k.Group})
 			}
 			mu.Unlock()
 		}

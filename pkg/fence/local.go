@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/silt-dev/silt/internal/durable"
 )
 
 // tmpDir is where the local store stages objects before linking them in
@@ -82,7 +84,7 @@ func (l *Local) Create(ctx context.Context, key string, body []byte) error {
 		}
 		return fmt.Errorf("create %s: %w", key, err)
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("create %s: sync directory: %w", key, err)
 	}
 	return nil
@@ -110,27 +112,10 @@ func writeTemp(dir string, body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, err = f.Write(body)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := durable.Fill(f, body); err != nil {
 		return "", err
 	}
 	return f.Name(), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Get implements Store.

@@ -23,6 +23,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/silt-dev/silt/internal/ctxtime"
 )
 
 // S3Config says where an S3 store is. Credentials come from the standard AWS
@@ -186,7 +188,7 @@ func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash str
 			}
 			return s.resolve(ctx, key, ok, hash)
 		case isCode(err, http.StatusConflict, "ConditionalRequestConflict") && attempt < s.ConflictRetries:
-			if err := sleep(ctx, backoff); err != nil {
+			if err := ctxtime.Sleep(ctx, backoff); err != nil {
 				return fmt.Errorf("create %s: %w", key, err)
 			}
 			backoff *= 2
@@ -374,15 +376,4 @@ func isCode(err error, status int, code string) bool {
 	}
 	var re *awshttp.ResponseError
 	return errors.As(err, &re) && re.HTTPStatusCode() == status
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

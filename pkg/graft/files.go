@@ -3,19 +3,15 @@ package graft
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/silt-dev/silt/internal/durable"
 )
 
 // writable is the part of an open file a volume writes through.
-type writable interface {
-	io.Writer
-	Sync() error
-	Close() error
-	Name() string
-}
+type writable = durable.File
 
 // fileSystem is how a volume creates its local files. It is the seam the
 // fault tests use to fill the disk or fail a write, a sync or a rename.
@@ -61,15 +57,7 @@ func (v *Volume) stageFile(path string, b []byte) staged {
 		return s
 	}
 	s.tmp = f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(s.tmp)
+	if err := durable.Fill(f, b); err != nil {
 		s.err = fmt.Errorf("write %s: %w", path, err)
 	}
 	return s
@@ -81,7 +69,7 @@ func (s staged) place() error {
 		os.Remove(s.tmp)
 		return fmt.Errorf("write %s: %w", s.path, err)
 	}
-	return syncDir(filepath.Dir(s.path))
+	return durable.SyncDir(filepath.Dir(s.path))
 }
 
 // drop removes a staged file that is not to be placed.
@@ -89,15 +77,6 @@ func (s staged) drop() {
 	if s.err == nil {
 		os.Remove(s.tmp)
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // readFile reads a local file.

@@ -1,6 +1,7 @@
 package graft
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -176,7 +177,7 @@ func (cv *chainVerifier) add(key string, c *Commit) error {
 		cv.entries, cv.bytes = append(cv.entries, d), cv.bytes+d.size
 	} else {
 		r := *e.Replaces
-		i, _ := slices.BinarySearchFunc(cv.entries, r.Lo, func(x derived, lo uint64) int { return cmpU64(x.lo, lo) })
+		i, _ := slices.BinarySearchFunc(cv.entries, r.Lo, func(x derived, lo uint64) int { return cmp.Compare(x.lo, lo) })
 		j := i
 		for j < len(cv.entries) && cv.entries[j].hi <= r.Hi {
 			cv.bytes -= cv.entries[j].size

@@ -2,6 +2,7 @@ package graft
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -83,7 +84,7 @@ type indexEntry struct {
 
 // EncodeSegment lays pages (sorted by number, no duplicates) out as a segment of lsn.
 func EncodeSegment(lsn uint64, pages []Page) ([]byte, error) {
-	if !slices.IsSortedFunc(pages, func(a, b Page) int { return cmpU64(a.No, b.No) }) {
+	if !slices.IsSortedFunc(pages, func(a, b Page) int { return cmp.Compare(a.No, b.No) }) {
 		return nil, errors.New("encode segment: pages not sorted")
 	}
 	size := headerSize + trailerSize + len(pages)*(pageHeadSize+indexItemSize)
@@ -231,7 +232,7 @@ func (s *Segment) Get(no uint64) ([]byte, bool) {
 // Lookup returns page no's data, nil if the segment lacks it, or the error
 // of fetching it (remote segments read by range).
 func (s *Segment) Lookup(no uint64) ([]byte, error) {
-	i, ok := slices.BinarySearchFunc(s.index, no, func(e indexEntry, no uint64) int { return cmpU64(e.No, no) })
+	i, ok := slices.BinarySearchFunc(s.index, no, func(e indexEntry, no uint64) int { return cmp.Compare(e.No, no) })
 	if !ok {
 		return nil, nil
 	}
@@ -249,14 +250,4 @@ func (s *Segment) Pages() []uint64 {
 		out[i] = e.No
 	}
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package graft
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -676,7 +677,7 @@ func (v *Volume) failpoint(step string) {
 // *, then the local head. Losing the race for the LSN adopts the winner and
 // returns a *ConflictError; nothing of ours becomes visible.
 func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]string) (*Commit, error) {
-	byNo := func(a, b Page) int { return cmpU64(a.No, b.No) }
+	byNo := func(a, b Page) int { return cmp.Compare(a.No, b.No) }
 	if !slices.IsSortedFunc(pages, byNo) { // sort a copy: the caller's slice stays as it is
 		pages = slices.Clone(pages)
 		slices.SortFunc(pages, byNo)

@@ -89,7 +89,8 @@ func (c *Consumer) defaults() {
 	if c.ClaimEvery <= 0 || c.ClaimEvery > c.MinIdle {
 		// An entry becomes claimable MinIdle after its peer died, at any
 		// phase of our beat: beating every MinIdle would take up to 2 ×
-		// MinIdle to move it (P8 measured 1.58); MinIdle/10 bounds it to 1.1.
+		// MinIdle to move it (BenchmarkDeadPeerRecovery_Ratio measured
+		// 1.58); MinIdle/10 bounds it to 1.1.
 		c.ClaimEvery = max(c.MinIdle/10, time.Millisecond)
 	}
 	def(&c.Grace, 10*time.Second)

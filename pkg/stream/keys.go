@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // DefaultPrefix is the key prefix shared with EchoMQ's keyspace.
@@ -136,4 +137,71 @@ func (k Keyspace) Archived(stream, deadGroup string) string {
 // was started once unless its own record says more).
 func (k Keyspace) StartWindows(stream, group string) string {
 	return k.base() + "windows:" + stream + ":" + group
+}
+
+// Key is a key of the layout above taken apart by ParseKey.
+type Key struct {
+	Keyspace
+	// Type is the key's role: "stream", "dead", "done", "catchup", "lease",
+	// "attempts", "windows", "replay", "archive", "kinds", "policies" or
+	// "policy-runs".
+	Type string
+	// Stream is the stream the key belongs to ("" for the queue-wide keys).
+	Stream string
+	// Group is the consumer group (dead, done, catchup, lease, attempts,
+	// windows; archive of a dead-letter stream) or the replay's name.
+	Group string
+	// ID is the branded id of a done marker.
+	ID string
+}
+
+// ParseKey takes a key of the layout apart; ok is false when key is not
+// one of silt's (a name is invalid, a part is missing or left over).
+func ParseKey(key string) (k Key, ok bool) {
+	prefix, rest, ok := strings.Cut(key, ":{")
+	if !ok {
+		return Key{}, false
+	}
+	queue, rest, ok := strings.Cut(rest, "}:")
+	if !ok || ValidateName("prefix", prefix) != nil || ValidateName("queue", queue) != nil {
+		return Key{}, false
+	}
+	k.Keyspace = Keyspace{Prefix: prefix, Queue: queue}
+	parts := strings.Split(rest, ":")
+	k.Type = parts[0]
+	want := 0 // the number of parts the type has
+	switch k.Type {
+	case "kinds", "policies", "policy-runs":
+		want = 1
+	case "stream":
+		want = 2
+	case "dead", "catchup", "lease", "attempts", "windows", "replay":
+		want = 3
+	case "done":
+		want = 4
+	case "archive":
+		want = 2
+		if len(parts) == 4 && parts[2] == "dead" {
+			parts = []string{parts[0], parts[1], parts[3]}
+			want = 3
+		}
+	}
+	if want == 0 || len(parts) != want {
+		return Key{}, false
+	}
+	for i, name := range parts[1:] {
+		if i < 2 && ValidateName("name", name) != nil || name == "" {
+			return Key{}, false
+		}
+	}
+	if want > 1 {
+		k.Stream = parts[1]
+	}
+	if want > 2 {
+		k.Group = parts[2]
+	}
+	if want > 3 {
+		k.ID = parts[3]
+	}
+	return k, true
 }

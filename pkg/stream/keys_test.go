@@ -37,3 +37,39 @@ func TestValidateName(t *testing.T) {
 		t.Errorf("NewKeyspace with a brace in the prefix: %v", err)
 	}
 }
+
+// Every key the Keyspace makes parses back to its parts; keys of other
+// layouts do not parse.
+func TestParseKey(t *testing.T) {
+	ks, _ := stream.NewKeyspace("pfx", "q-1")
+	for _, c := range []struct {
+		key  string
+		want stream.Key
+	}{
+		{ks.Stream("events"), stream.Key{Keyspace: ks, Type: "stream", Stream: "events"}},
+		{ks.DeadLetter("events", "billing"), stream.Key{Keyspace: ks, Type: "dead", Stream: "events", Group: "billing"}},
+		{ks.Done("events", "g", "EVT_01"), stream.Key{Keyspace: ks, Type: "done", Stream: "events", Group: "g", ID: "EVT_01"}},
+		{ks.CatchUp("events", "g"), stream.Key{Keyspace: ks, Type: "catchup", Stream: "events", Group: "g"}},
+		{ks.Lease("events", "g"), stream.Key{Keyspace: ks, Type: "lease", Stream: "events", Group: "g"}},
+		{ks.Attempts("events", "g"), stream.Key{Keyspace: ks, Type: "attempts", Stream: "events", Group: "g"}},
+		{ks.StartWindows("events", "g"), stream.Key{Keyspace: ks, Type: "windows", Stream: "events", Group: "g"}},
+		{ks.Replay("events", "r"), stream.Key{Keyspace: ks, Type: "replay", Stream: "events", Group: "r"}},
+		{ks.Archived("events", ""), stream.Key{Keyspace: ks, Type: "archive", Stream: "events"}},
+		{ks.Archived("events", "g"), stream.Key{Keyspace: ks, Type: "archive", Stream: "events", Group: "g"}},
+		{ks.Kinds(), stream.Key{Keyspace: ks, Type: "kinds"}},
+		{ks.Policies(), stream.Key{Keyspace: ks, Type: "policies"}},
+		{ks.PolicyRuns(), stream.Key{Keyspace: ks, Type: "policy-runs"}},
+	} {
+		got, ok := stream.ParseKey(c.key)
+		if !ok || got != c.want {
+			t.Errorf("ParseKey(%q) = %+v, %v; want %+v", c.key, got, ok, c.want)
+		}
+	}
+	for _, bad := range []string{"", "events", "pfx:{q}", "pfx:{q}:", "pfx:{q}:stream", "pfx:{q}:stream:a:b",
+		"pfx:{q}:dead:a", "pfx:{q}:dead:a:b:c", "pfx:{q}:other:a", "pfx:{q}:stream:a b", "pf x:{q}:stream:a",
+		"pfx:{q:1}:stream:a", "pfx:{q}:archive:a:live:g", "pfx:{q}:kinds:a", "pfx:{q}:done:a:g:"} {
+		if k, ok := stream.ParseKey(bad); ok {
+			t.Errorf("ParseKey(%q) = %+v, want not ok", bad, k)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/silt-dev/silt/internal/ctxtime"
 	"github.com/silt-dev/silt/pkg/brand"
 )
 
@@ -126,7 +127,7 @@ func (r *run) loop(ctx context.Context) error {
 // waitLease retries the catch-up after a short pause, while another
 // consumer holds the lease.
 func (r *run) waitLease(ctx context.Context) error {
-	if sleep(ctx, leasePoll); ctx.Err() != nil {
+	if ctxtime.Sleep(ctx, leasePoll) != nil {
 		return nil
 	}
 	return r.catchUp(ctx)
@@ -276,7 +277,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return n, r.catchUp(ctx)
 		}
 		if block < 0 {
-			sleep(ctx, wait)
+			ctxtime.Sleep(ctx, wait)
 			return 0, nil
 		}
 		if ctx.Err() != nil || time.Since(r.lastBeat) >= r.c.ClaimEvery {
@@ -330,21 +331,9 @@ func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage, readAt time.
 // redisTick is how late Redis may time out a blocked read: it checks
 // timeouts on its cron tick, every 100 ms at the default hz of 10. A BLOCK of
 // 50 ms there takes about 100 ms; a reclaim beat waiting on it ran late by up
-// to a tick (P8 measured 1.20 × MinIdle with MinIdle 500ms).
+// to a tick: BenchmarkDeadPeerRecovery_Ratio measured 1.20 × MinIdle with
+// MinIdle 500ms.
 const redisTick = 100 * time.Millisecond
-
-// sleep waits d, or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // readGroup reads new entries. With a History configured, a non-blocking
 // read goes through the script that records gaps first; a blocking read
