@@ -85,8 +85,8 @@ func (p *producer) history() *history {
 
 // archiverEnv is the environment of archiver runs on one stream.
 func archiverEnv(srv redisUnderTest, dataDir, remote string) []string {
-	return []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events",
-		"EMQ_DATA_DIR=" + dataDir, "EMQ_ARCHIVE_REMOTE=" + remote}
+	return []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events",
+		"SILT_DATA_DIR=" + dataDir, "SILT_ARCHIVE_REMOTE=" + remote}
 }
 
 // runArchiver runs `archiver args...` to completion and returns its exit error.
@@ -288,7 +288,7 @@ func TestArchiver_MinIORestart(t *testing.T) {
 		if i == 8 {
 			minio.Start(t)
 		}
-		_, errOut, err := runArchiver(append(env, "EMQ_REDIS_WAIT=1s"), "run", "--stream", "events", "--keep-last", "20", "--slice-entries", "50")
+		_, errOut, err := runArchiver(append(env, "SILT_REDIS_WAIT=1s"), "run", "--stream", "events", "--keep-last", "20", "--slice-entries", "50")
 		if err != nil {
 			failures++
 			if strings.Contains(errOut, "panic") || !strings.Contains(errOut, "127.0.0.1") {

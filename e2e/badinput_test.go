@@ -57,7 +57,7 @@ func newLog(t *testing.T, srv *testserver.RedisServer) *stream.Log {
 func TestBadInput_Oversized(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
-	env := append(faultEnv(srv, dir), "EMQ_MAX_ENTRY_BYTES=1000")
+	env := append(faultEnv(srv, dir), "SILT_MAX_ENTRY_BYTES=1000")
 	big := `{"blob":"` + strings.Repeat("x", 2000) + `"}`
 	code, _, errOut := exitCode(t, env, `{"a":"1"}`+"\n"+big+"\n", "worker", "append")
 	if code != 1 || !strings.Contains(errOut, "over the limit of 1000") || !strings.Contains(errOut, "line 2") {
@@ -238,7 +238,7 @@ func TestBadInput_WrongKindAndMissingID(t *testing.T) {
 // unknown URL schemes and bad values are usage errors (exit 2) naming the
 // flag, and never touch Redis.
 func TestBadInput_NamesURLsAndFlags(t *testing.T) {
-	env := []string{"EMQ_REDIS_URL=redis://127.0.0.1:1/0", "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=redis://127.0.0.1:1/0", "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	for _, tc := range []struct {
 		bin  string
 		args []string
@@ -332,7 +332,7 @@ func TestBadInput_ForeignRemoteAndNewerFormat(t *testing.T) {
 // there (they used to create ./silt-data and an empty remote in it).
 func TestReadOnly_LeavesNoDataDir(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events"}
 	feed(t, env, 20)
 	cwd := t.TempDir()
 	target := t.TempDir()
@@ -340,7 +340,7 @@ func TestReadOnly_LeavesNoDataDir(t *testing.T) {
 		cmd := exec.Command(filepath.Join(binDir, "archiver"), args...)
 		cmd.Dir = cwd
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "EMQ_DATA_DIR=") {
+			if !strings.HasPrefix(kv, "SILT_DATA_DIR=") {
 				cmd.Env = append(cmd.Env, kv)
 			}
 		}

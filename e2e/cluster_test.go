@@ -28,9 +28,9 @@ func TestWorker_KillsAcrossArchive(t *testing.T) { killsAcrossArchive(t, testser
 func killsAcrossArchive(t *testing.T, cl redisUnderTest) {
 	cc := cl.Universal(t)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + cl.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g",
-		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
-		"EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache"), "EMQ_LEASE_TTL=1s"}
+	env := []string{"SILT_REDIS_URL=" + cl.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g",
+		"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
+		"SILT_ARCHIVE_CACHE=" + filepath.Join(dir, "cache"), "SILT_LEASE_TTL=1s"}
 	ids := feed(t, env, tier(2000, 20000))
 	rec := filepath.Join(dir, "handled")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
@@ -75,7 +75,7 @@ func TestCluster_Failover(t *testing.T) {
 	cl := testserver.Cluster(t)
 	cc := cl.Client(t)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + cl.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g", "EMQ_REDIS_WAIT=20s"}
+	env := []string{"SILT_REDIS_URL=" + cl.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g", "SILT_REDIS_WAIT=20s"}
 	ids := feed(t, env, 3000)
 	rec := filepath.Join(dir, "handled")
 	cmd, _, _ := startWorker(t, env, append([]string{"--consumer", "w1", "--count", "20", "--block", "200ms"}, recordingHandler(rec)...)...)
@@ -126,8 +126,8 @@ func TestCluster_ArchiveAllManyStreams(t *testing.T) {
 	}
 	cc.Set(ctx, "emq:{broken}:stream:events", "not a stream", 0)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + cl.URL(), "EMQ_DATA_DIR=" + filepath.Join(dir, "data"),
-		"EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	env := []string{"SILT_REDIS_URL=" + cl.URL(), "SILT_DATA_DIR=" + filepath.Join(dir, "data"),
+		"SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
 	out, errOut, err := runArchiver(env, "run", "--all", "--keep-last", "5", "--exact", "--concurrency", "8")
 	if err == nil {
 		t.Fatal("a run with a broken stream exited 0")

@@ -68,7 +68,7 @@ func TestDeepHistory_LifecycleDeleteStopsNothing(t *testing.T) {
 	if n := len(coldIDs(t, cold("cold-read-2"))); n != len(all) {
 		t.Fatalf("cold read after a cold run: %d entries, want %d", n, len(all))
 	}
-	out := silt(t, "", append(env, "EMQ_GROUP=late"), "worker", "run", "--stdout", "--block", "300ms",
+	out := silt(t, "", append(env, "SILT_GROUP=late"), "worker", "run", "--stdout", "--block", "300ms",
 		"--archive-remote", "file://"+remote, "--archive-cache", filepath.Join(dir, "cold-cache"))
 	if n := strings.Count(out, "\n"); n != len(all) {
 		t.Fatalf("a new group through --archive-remote got %d entries, want %d", n, len(all))

@@ -38,10 +38,13 @@ func TestMain(m *testing.M) {
 		panic("build binaries: " + err.Error())
 	}
 	binDir = dir
+	// scripts/servers.sh exports SILT_REDIS_URL, which the binaries read
+	// as --redis: every test names its own server instead.
+	os.Unsetenv("SILT_REDIS_URL")
 	// Runs that name no data dir or archive cache use the defaults,
 	// ./silt-data and ./silt-cache: keep them out of the source tree.
-	os.Setenv("EMQ_DATA_DIR", filepath.Join(dir, "silt-data"))
-	os.Setenv("EMQ_ARCHIVE_CACHE", filepath.Join(dir, "silt-cache"))
+	os.Setenv("SILT_DATA_DIR", filepath.Join(dir, "silt-data"))
+	os.Setenv("SILT_ARCHIVE_CACHE", filepath.Join(dir, "silt-cache"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	if leaks := transcript.leaks(); len(leaks) > 0 {
@@ -113,7 +116,7 @@ func silt(t *testing.T, stdin string, env []string, bin string, args ...string) 
 // appended from JSON lines comes back in order, id for id, field for field.
 func TestQuickstart_AppendThenRead(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events"}
 	var feed strings.Builder
 	for i := range 50 {
 		feed.WriteString(`{"user":"u` + string(rune('a'+i%26)) + `","n":"` + strings.Repeat("x", i%5) + `"}` + "\n")

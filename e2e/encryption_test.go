@@ -33,7 +33,7 @@ func TestEncryption_AtRest(t *testing.T) {
 			if remote == "s3" {
 				url = minio.URL(bucket, fmt.Sprint("enc", testserver.Unique()))
 			}
-			env := append(append(archiverEnv(srv, filepath.Join(dir, "data"), url), minio.Env()...), "EMQ_ENCRYPTION_KEY="+key)
+			env := append(append(archiverEnv(srv, filepath.Join(dir, "data"), url), minio.Env()...), "SILT_ENCRYPTION_KEY="+key)
 			var in strings.Builder
 			for i := range 300 {
 				fmt.Fprintf(&in, `{"note":"PLAINTEXT-MARK-%d"}`+"\n", i)
@@ -57,8 +57,8 @@ func TestEncryption_AtRest(t *testing.T) {
 			for _, tc := range []struct {
 				env  []string
 				want string
-			}{{noKey, "is encrypted"}, {append(slices.Clone(noKey), "EMQ_ENCRYPTION_KEY="+other), "written with key"}} {
-				code, _, errOut := exitCode(t, append(slices.Clone(tc.env), "EMQ_ARCHIVE_CACHE="+t.TempDir(), "EMQ_DATA_DIR="+t.TempDir()), "", "archiver", "read")
+			}{{noKey, "is encrypted"}, {append(slices.Clone(noKey), "SILT_ENCRYPTION_KEY="+other), "written with key"}} {
+				code, _, errOut := exitCode(t, append(slices.Clone(tc.env), "SILT_ARCHIVE_CACHE="+t.TempDir(), "SILT_DATA_DIR="+t.TempDir()), "", "archiver", "read")
 				if code != 1 || !strings.Contains(errOut, tc.want) {
 					t.Fatalf("read %s: exit %d, %s", tc.want, code, errOut)
 				}

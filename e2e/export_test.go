@@ -248,8 +248,8 @@ func TestExport_DuckDBReadsTheMergedHistory(t *testing.T) {
 	srv := testserver.Redis(t)
 	minio := testserver.S3(t, "minio")
 	dir := t.TempDir()
-	env := append(minio.Env(), "EMQ_REDIS_URL="+srv.URL(), "EMQ_QUEUE=cm", "EMQ_DATA_DIR="+filepath.Join(dir, "data"),
-		"EMQ_ARCHIVE_REMOTE=file://"+filepath.Join(dir, "remote"))
+	env := append(minio.Env(), "SILT_REDIS_URL="+srv.URL(), "SILT_QUEUE=cm", "SILT_DATA_DIR="+filepath.Join(dir, "data"),
+		"SILT_ARCHIVE_REMOTE=file://"+filepath.Join(dir, "remote"))
 	const perStream = 33334
 	next := feedExport(t, srv.Client(t), exportFeedStart, perStream, 3*time.Second) // 28 hours of history
 	silt(t, "", env, "archiver", "run", "--stream", "orders", "--stream", "jobs", "--stream", "users", "--keep-last", "16000")
@@ -391,8 +391,8 @@ func copyDown(t *testing.T, s3 testserver.S3Server, url, dir string) []string {
 func TestExport_KilledAtRandomPoints(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_DATA_DIR=" + filepath.Join(dir, "data"),
-		"EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_DATA_DIR=" + filepath.Join(dir, "data"),
+		"SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
 	feedExport(t, srv.Client(t), exportFeedStart, tier(12000, 40000), 2*time.Second)
 	silt(t, "", env, "archiver", "run", "--stream", "orders", "--stream", "jobs", "--stream", "users", "--keep-last", "5000")
 	want := archiverRead(t, env)
@@ -472,8 +472,8 @@ func TestExport_KilledAtRandomPoints(t *testing.T) {
 func TestExport_InsideArchiverRun(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_DATA_DIR=" + filepath.Join(dir, "data"),
-		"EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_DATA_DIR=" + filepath.Join(dir, "data"),
+		"SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
 	next := feedExport(t, srv.Client(t), exportFeedStart, 3000, time.Second)
 	target := filepath.Join(dir, "export")
 	run := func() {

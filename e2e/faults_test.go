@@ -86,7 +86,7 @@ func lostRaces(summary string) int64 {
 // with an archive in dir.
 func faultEnv(srv redisUnderTest, dir string) []string {
 	return append(archiverEnv(srv, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "remote")),
-		"EMQ_GROUP=g", "EMQ_ARCHIVE_CACHE="+filepath.Join(dir, "cache"), "EMQ_REDIS_WAIT=3s")
+		"SILT_GROUP=g", "SILT_ARCHIVE_CACHE="+filepath.Join(dir, "cache"), "SILT_REDIS_WAIT=3s")
 }
 
 // workerArgs are the arguments of a worker in the fault scenarios.
@@ -358,7 +358,7 @@ func TestFaults_S3ErrorAnswers(t *testing.T) {
 // Duplicates are counted, nothing is lost, nothing stays pending.
 func TestFaults_StoppedWorkerWakesLate(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	ids := feed(t, env, 300)
 	rec := filepath.Join(t.TempDir(), "handled")
 	slow := []string{"--", "sh", "-c", `read -r line; sleep 0.01; echo "$line" >> "` + rec + `"`}
@@ -400,7 +400,7 @@ func TestFaults_EveryRequestBounded(t *testing.T) {
 	}
 	defer rp.Close()
 	dir := t.TempDir()
-	env := append(faultEnv(proxied{srv, rp.Addr}, dir), "EMQ_REDIS_WAIT=1s")
+	env := append(faultEnv(proxied{srv, rp.Addr}, dir), "SILT_REDIS_WAIT=1s")
 	feed(t, faultEnv(srv, dir), 50)
 	rp.DropReplies(true)
 	const bound = 45 * time.Second

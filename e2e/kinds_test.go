@@ -22,12 +22,12 @@ import (
 func TestKinds_OneQueueManyKinds(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
-	base := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_DATA_DIR=" + filepath.Join(dir, "data"),
-		"EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"), "EMQ_ARCHIVE_CACHE=" + filepath.Join(dir, "cache")}
+	base := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_DATA_DIR=" + filepath.Join(dir, "data"),
+		"SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"), "SILT_ARCHIVE_CACHE=" + filepath.Join(dir, "cache")}
 	kinds := []string{"USR", "RMM", "RND", "JOB", "GES", "EVT"}
 	const perStream = 40
 	envOf := func(kind string) []string {
-		return append(base, "EMQ_STREAM="+strings.ToLower(kind)+"s", "EMQ_GROUP=g")
+		return append(base, "SILT_STREAM="+strings.ToLower(kind)+"s", "SILT_GROUP=g")
 	}
 	for _, k := range kinds {
 		env := envOf(k)

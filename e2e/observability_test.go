@@ -61,8 +61,8 @@ func TestObservability_MetricsReachPrometheus(t *testing.T) {
 	spans := startTraceReceiver(t)
 	// Metrics to Prometheus, traces to a receiver of our own: Prometheus
 	// takes no traces.
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=" + queue, "EMQ_STREAM=orders", "EMQ_GROUP=billing",
-		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=" + queue, "SILT_STREAM=orders", "SILT_GROUP=billing",
+		"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote"),
 		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint() + "/v1/metrics",
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + spans.url, "OTEL_METRIC_EXPORT_INTERVAL=600000"}
 	var feed strings.Builder

@@ -46,7 +46,7 @@ func TestPipe_DocExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv := testserver.Redis(t)
-			env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+			env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 			var feed strings.Builder
 			const n, poison = 600, 6
 			for i := range n {
@@ -76,7 +76,7 @@ func TestPipe_DocExamples(t *testing.T) {
 // the entries stay pending with their attempts, none is dead-lettered.
 func TestPipe_BrokenCoprocessStopsTheRun(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	silt(t, strings.Repeat(`{"k":"v"}`+"\n", 50), env, "worker", "append")
 	code, out, errOut := exitCode(t, env, "", "worker", "run", "--block", "100ms", "--pipe-restarts", "2",
 		"--pipe", `while read -r line; do echo "not json"; done`)

@@ -31,7 +31,7 @@ func TestPolicy_DeclaredRetentionUnderOneDriver(t *testing.T) {
 	minio := testserver.MinIO(t)
 	dir := t.TempDir()
 	remote := minio.URL(minio.CreateBucket(t), "policies")
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=pq", "EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=" + remote}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=pq", "SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=" + remote}
 	env = append(env, minio.Env()...)
 	declare := func(name string, args ...string) {
 		out := silt(t, "", env, "archiver", append([]string{"policy", "set", "--stream", name}, args...)...)
@@ -116,7 +116,7 @@ func TestPolicy_DeclaredRetentionUnderOneDriver(t *testing.T) {
 	}
 	readAll := func(name string) []string {
 		var ids []string
-		out := silt(t, "", append(env, "EMQ_STREAM="+name, "EMQ_DATA_DIR="+filepath.Join(dir, "read-"+name)), "archiver", "read", "--format", "text")
+		out := silt(t, "", append(env, "SILT_STREAM="+name, "SILT_DATA_DIR="+filepath.Join(dir, "read-"+name)), "archiver", "read", "--format", "text")
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			ids = append(ids, strings.Fields(line)[0])
 		}
@@ -173,13 +173,13 @@ func TestPolicy_DeclaredRetentionUnderOneDriver(t *testing.T) {
 		}
 	}
 	// The statuses say the policy and its last run.
-	if out := silt(t, "", append(env, "EMQ_STREAM=bycount"), "archiver", "status"); !strings.Contains(out, "--keep-last 50 --exact --archive, last ran") {
+	if out := silt(t, "", append(env, "SILT_STREAM=bycount"), "archiver", "status"); !strings.Contains(out, "--keep-last 50 --exact --archive, last ran") {
 		t.Fatalf("archiver status: %s", out)
 	}
-	if out := silt(t, "", append(env, "EMQ_STREAM=scratch"), "worker", "status"); !strings.Contains(out, "--keep-last 30 --exact --no-archive") || !strings.Contains(out, "policy last ran") {
+	if out := silt(t, "", append(env, "SILT_STREAM=scratch"), "worker", "status"); !strings.Contains(out, "--keep-last 30 --exact --no-archive") || !strings.Contains(out, "policy last ran") {
 		t.Fatalf("worker status: %s", out)
 	}
-	if out := silt(t, "", append(env, "EMQ_STREAM=untouched"), "worker", "status"); !strings.Contains(out, "none declared") {
+	if out := silt(t, "", append(env, "SILT_STREAM=untouched"), "worker", "status"); !strings.Contains(out, "none declared") {
 		t.Fatalf("worker status of an undeclared stream: %s", out)
 	}
 	// A one-off run whose flags contradict a declared policy is refused; the

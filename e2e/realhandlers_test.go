@@ -82,7 +82,7 @@ func TestWorker_HandlerLatencyMatrix(t *testing.T) {
 func latencyCell(t *testing.T, row handlerCell, mode string, modeArgs []string) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	if mode == "archive-remote" {
 		env = faultEnv(srv, dir)
 	}
@@ -143,7 +143,7 @@ func TestWorker_ScheduledRunsKilledAtRandom(t *testing.T) {
 
 func scheduledKills(t *testing.T, mode string, modeArgs []string) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	entries, rounds := tier(150, 600), tier(12, 40)
 	ids := feed(t, env, entries)
 	rec := filepath.Join(t.TempDir(), "handled")
@@ -207,7 +207,7 @@ func scheduledKills(t *testing.T, mode string, modeArgs []string) {
 // runs on beside the redelivery of its own entry.
 func TestWorker_ExecHandlerDiesWithItsWorker(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	feed(t, env, 1)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	// The shell replaces itself with sleep after writing its pid: the
@@ -258,7 +258,7 @@ func atoi(s string) int {
 // before the worker exits, and the stopped run exits 3 (interrupted).
 func TestWorker_GraceExpiryKillsTheHandlerGroup(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	feed(t, env, 1)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	cmd, out, errOut := startWorker(t, env, "--consumer", "w1", "--grace", "300ms",

@@ -75,8 +75,8 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }))
 	defer failing.Close()
 
-	base := []string{"EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g", "EMQ_REDIS_WAIT=300ms", "EMQ_LOG_LEVEL=debug",
-		"EMQ_DATA_DIR=" + filepath.Join(dir, "data"), "EMQ_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	base := []string{"SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g", "SILT_REDIS_WAIT=300ms", "SILT_LOG_LEVEL=debug",
+		"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
 	// Generated passwords hold '/', '?', '%', '#' and spaces; unescaped, the
 	// URL does not parse, and the parser quotes the piece it choked on.
 	left, right := testserver.Canary("canary-left-3e1"), testserver.Canary("canary-right-8c4")
@@ -109,7 +109,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 		return code, out, errOut
 	}
 	for what, u := range redisURLs {
-		env := append(base, "EMQ_REDIS_URL="+u)
+		env := append(base, "SILT_REDIS_URL="+u)
 		check(what, true, env, "", "worker", "append", "a=1")
 		check(what, true, env, `{"a":"1"}`+"\n", "worker", "append")
 		check(what, true, env, "", "worker", "run", "--block", "100ms", "--", "true")
@@ -118,7 +118,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 		check(what, true, env, "", "archiver", "read")
 		check(what, true, env, "", "archiver", "status")
 	}
-	good := append(base, "EMQ_REDIS_URL="+srv.URL())
+	good := append(base, "SILT_REDIS_URL="+srv.URL())
 	feed(t, good, 20)
 	check("crashing handler", false, good, "", "worker", "run", "--consumer", "c1", "--block", "100ms", "--max-attempts", "1",
 		"--", "sh", "-c", "kill -SEGV $$")
@@ -127,23 +127,23 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 	check("unreachable webhook", false, good, "", "worker", "run", "--consumer", "c3", "--block", "100ms", "--min-idle", "1ms",
 		"--webhook", "http://127.0.0.1:1/hook", "--webhook-secret", hook, "--webhook-retries", "1")
 	s3env := func(endpoint string) []string {
-		return append(good, "EMQ_ARCHIVE_REMOTE=s3://"+bucket+"/silt?endpoint="+endpoint+"&region=us-east-1&path-style=true&timeout=2s",
+		return append(good, "SILT_ARCHIVE_REMOTE=s3://"+bucket+"/silt?endpoint="+endpoint+"&region=us-east-1&path-style=true&timeout=2s",
 			"AWS_ACCESS_KEY_ID="+ak, "AWS_SECRET_ACCESS_KEY="+sk)
 	}
 	check("S3 endpoint with userinfo", true, s3env("http://"+ak+":"+sk+"@127.0.0.1:1"), "", "archiver", "run", "--keep-last", "1")
 	check("S3 endpoint with userinfo", true, s3env("http://"+ak+":"+left+"/"+right+"@127.0.0.1:1"), "", "archiver", "read")
 	// An exec handler that dumps its environment and the secrets it can
 	// find on stderr: it gets a clean environment, and its stderr is masked.
-	leaky := append(slices.Clone(good), "AWS_ACCESS_KEY_ID="+ak, "AWS_SECRET_ACCESS_KEY="+sk, "EMQ_WEBHOOK_SECRET="+hook)
-	leakyGroup := append(slices.Clone(leaky), "EMQ_GROUP=leaky")
+	leaky := append(slices.Clone(good), "AWS_ACCESS_KEY_ID="+ak, "AWS_SECRET_ACCESS_KEY="+sk, "SILT_WEBHOOK_SECRET="+hook)
+	leakyGroup := append(slices.Clone(leaky), "SILT_GROUP=leaky")
 	feed(t, leaky, 2)
 	for i, tc := range []struct {
 		what string
 		env  []string
 		sh   string
 	}{
-		{"exec handler printing its environment", leakyGroup, `env >&2; echo "secret: $AWS_SECRET_ACCESS_KEY $EMQ_WEBHOOK_SECRET $EMQ_REDIS_URL" >&2; exit 3`},
-		{"exec handler given a secret and printing it", append(slices.Clone(leaky), "EMQ_GROUP=leaky2", "EMQ_HANDLER_ENV=AWS_SECRET_ACCESS_KEY"),
+		{"exec handler printing its environment", leakyGroup, `env >&2; echo "secret: $AWS_SECRET_ACCESS_KEY $SILT_WEBHOOK_SECRET $SILT_REDIS_URL" >&2; exit 3`},
+		{"exec handler given a secret and printing it", append(slices.Clone(leaky), "SILT_GROUP=leaky2", "SILT_HANDLER_ENV=AWS_SECRET_ACCESS_KEY"),
 			`echo "secret: $AWS_SECRET_ACCESS_KEY" >&2; exit 3`},
 	} {
 		code, out, errOut := check(tc.what, false, tc.env, "", "worker", "run", "--consumer", fmt.Sprint("leak", i), "--block", "100ms",
@@ -156,7 +156,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 	check("S3 403", true, s3env(minio.Endpoint), "", "archiver", "read")
 	check("S3 unreachable", true, s3env("http://127.0.0.1:1"), "", "archiver", "run", "--keep-last", "1")
 	check("S3 TLS failure", true, s3env(strings.Replace(minio.Endpoint, "http://", "https://", 1)), "", "archiver", "run", "--keep-last", "1")
-	check("S3 keys, good store", false, append(good, "EMQ_ARCHIVE_REMOTE=s3://"+bucket+"/silt2?endpoint="+minio.Endpoint+
+	check("S3 keys, good store", false, append(good, "SILT_ARCHIVE_REMOTE=s3://"+bucket+"/silt2?endpoint="+minio.Endpoint+
 		"&region=us-east-1&path-style=true", "AWS_ACCESS_KEY_ID="+minio.AccessKey, "AWS_SECRET_ACCESS_KEY="+minio.SecretKey), "",
 		"archiver", "run", "--keep-last", "1")
 	t.Logf("history canaries: %d runs through failure paths, 0 showed a secret", runs)
@@ -168,7 +168,7 @@ func TestSecurity_CanariesNeverShow(t *testing.T) {
 // redis-server that speaks only TLS (rediss://, the test CA).
 func TestWorker_RandomKillsOverTLS(t *testing.T) {
 	f := testserver.NewTLS(t, "127.0.0.1")
-	t.Setenv("EMQ_REDIS_CA", f.CA)
+	t.Setenv("SILT_REDIS_CA", f.CA)
 	entries, kills := tier(5000, 50000), tier(10, 50)
 	if testing.Short() {
 		entries, kills = 1000, 4
@@ -179,7 +179,7 @@ func TestWorker_RandomKillsOverTLS(t *testing.T) {
 // TestArchiver_KillAtEachStepOverTLS is the archiver kill scenario over TLS.
 func TestArchiver_KillAtEachStepOverTLS(t *testing.T) {
 	f := testserver.NewTLS(t, "127.0.0.1")
-	t.Setenv("EMQ_REDIS_CA", f.CA)
+	t.Setenv("SILT_REDIS_CA", f.CA)
 	killAtEachStep(t, testserver.RedisTLS(t, f))
 }
 
@@ -194,7 +194,7 @@ func TestRelease_FailpointsCompiledOut(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g", "SILT_FAILPOINT=after-read:1"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g", "SILT_FAILPOINT=after-read:1"}
 	silt(t, strings.Repeat(`{"k":"v"}`+"\n", 5), env, "worker", "append")
 	if _, errOut, err := runBin(filepath.Join(binDir, "worker"), env, "run", "--block", "100ms", "--stdout"); err == nil {
 		t.Fatalf("the test build ran past SILT_FAILPOINT=after-read:1\n%s", errOut)

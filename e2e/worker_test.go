@@ -107,7 +107,7 @@ func TestWorker_CrashAtEachPoint(t *testing.T) {
 	for _, point := range []string{"after-read", "mid-batch", "after-handle", "after-ack"} {
 		t.Run(point, func(t *testing.T) {
 			srv := testserver.Redis(t)
-			env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+			env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 			ids := feed(t, env, 200)
 			rec := filepath.Join(t.TempDir(), "handled")
 			cmd, _, errOut := startWorker(t, append(env, "SILT_FAILPOINT="+point+":2"),
@@ -138,7 +138,7 @@ func TestWorker_RandomKills(t *testing.T) {
 }
 
 func randomKills(t *testing.T, srv redisUnderTest, entries, kills int) {
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	ids := feed(t, env, entries)
 	rec := filepath.Join(t.TempDir(), "handled")
 	seed := uint64(time.Now().UnixNano())
@@ -166,7 +166,7 @@ func randomKills(t *testing.T, srv redisUnderTest, entries, kills int) {
 // period, nothing unhandled is acked, the rest stays pending, exit code 0.
 func TestWorker_SIGTERMMidBatch(t *testing.T) {
 	srv := testserver.Redis(t)
-	env := []string{"EMQ_REDIS_URL=" + srv.URL(), "EMQ_QUEUE=cm", "EMQ_STREAM=events", "EMQ_GROUP=g"}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	feed(t, env, 20)
 	rec := filepath.Join(t.TempDir(), "handled")
 	cmd, out, errOut := startWorker(t, env, "--consumer", "w1", "--count", "20", "--concurrency", "2", "--grace", "5s",

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # silt's main job on the embedded default, end to end: a local redis-server
-# (installed and started here unless EMQ_REDIS_URL is set), a feed appended
+# (installed and started here unless SILT_REDIS_URL is set), a feed appended
 # with `worker append`, a worker run over a consumer group, the old part of
 # the stream archived to a local-directory remote and trimmed, and the whole
 # history read back merged, showing what came from the archive and what is live.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -z "${EMQ_REDIS_URL:-}" ]; then
+if [ -z "${SILT_REDIS_URL:-}" ]; then
 	scripts/servers.sh install redis
 	SILT_SERVERS_DIR=$(mktemp -d)
 	export SILT_SERVERS_DIR
 	trap 'scripts/servers.sh stop' EXIT
 	eval "$(scripts/servers.sh start redis)"
-	export EMQ_REDIS_URL=$SILT_REDIS_URL
+	export SILT_REDIS_URL=$SILT_REDIS_URL
 fi
 data=$(mktemp -d)
-export EMQ_QUEUE=${EMQ_QUEUE:-demo} EMQ_STREAM=${EMQ_STREAM:-events} EMQ_GROUP=${EMQ_GROUP:-audit}
-export EMQ_DATA_DIR=$data/silt-data EMQ_ARCHIVE_CACHE=$data/silt-cache
+export SILT_QUEUE=${SILT_QUEUE:-demo} SILT_STREAM=${SILT_STREAM:-events} SILT_GROUP=${SILT_GROUP:-audit}
+export SILT_DATA_DIR=$data/silt-data SILT_ARCHIVE_CACHE=$data/silt-cache
 
 echo "== build bin/worker bin/archiver"
 go build -o bin/ ./cmd/worker ./cmd/archiver
@@ -28,7 +28,7 @@ for i in $(seq 1 12); do
 done | bin/worker append
 bin/worker append user=u13 action=logout
 
-echo "== worker run: group '$EMQ_GROUP' handles every entry (exec handler refuses logouts: exit 65)"
+echo "== worker run: group '$SILT_GROUP' handles every entry (exec handler refuses logouts: exit 65)"
 bin/worker run --consumer demo-1 --block 500ms \
 	--exec 'doc=$(cat); case "$doc" in *logout*) echo "cannot handle logout" >&2; exit 65;; esac'
 
@@ -36,7 +36,7 @@ echo "== worker dead ls: the refused entry is a dead letter"
 bin/worker dead ls
 
 echo "== archiver run: keep the newest 4 live, fold the rest into the local-directory remote, then trim"
-bin/archiver run --stream "$EMQ_STREAM" --keep-last 4 --slice-entries 5 --exact
+bin/archiver run --stream "$SILT_STREAM" --keep-last 4 --slice-entries 5 --exact
 
 echo "== archiver status"
 bin/archiver status

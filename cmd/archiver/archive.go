@@ -22,8 +22,8 @@ import (
 // archiveFlags locate the archive: local pages and the remote.
 func archiveFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "data-dir", EnvVars: []string{"EMQ_DATA_DIR"}, Value: "./silt-data", Usage: "local page files"},
-		&cli.StringFlag{Name: "remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
+		&cli.StringFlag{Name: "data-dir", EnvVars: clix.EnvVars("DATA_DIR"), Value: "./silt-data", Usage: "local page files"},
+		&cli.StringFlag{Name: "remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"),
 			Usage: "object store URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true (default: <data-dir>/remote)"},
 		clix.EncryptionKeyFlag(),
 	}

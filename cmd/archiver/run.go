@@ -28,8 +28,8 @@ import (
 // policyFlags declare the retention policy.
 func policyFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.Int64Flag{Name: "keep-last", EnvVars: []string{"EMQ_KEEP_LAST"}, Usage: "keep the newest N entries live"},
-		&cli.DurationFlag{Name: "keep-for", EnvVars: []string{"EMQ_KEEP_FOR"}, Usage: "keep entries younger than D live (e.g. 24h)"},
+		&cli.Int64Flag{Name: "keep-last", EnvVars: clix.EnvVars("KEEP_LAST"), Usage: "keep the newest N entries live"},
+		&cli.DurationFlag{Name: "keep-for", EnvVars: clix.EnvVars("KEEP_FOR"), Usage: "keep entries younger than D live (e.g. 24h)"},
 		&cli.BoolFlag{Name: "exact", Usage: "trim exactly (XTRIM =) instead of approximately (~, may keep a few more)"},
 	}
 }
@@ -60,13 +60,13 @@ func runCommand() *cli.Command {
 	flags = append(flags, archiveFlags()...)
 	flags = append(flags, policyFlags()...)
 	flags = append(flags,
-		&cli.StringSliceFlag{Name: "stream", EnvVars: []string{"EMQ_STREAM"}, Usage: "stream to archive (repeat for several)"},
+		&cli.StringSliceFlag{Name: "stream", EnvVars: clix.EnvVars("STREAM"), Usage: "stream to archive (repeat for several)"},
 		&cli.BoolFlag{Name: "all", Usage: "archive every stream of the queue (SCAN), dead-letter streams included"},
 		&cli.BoolFlag{Name: "adopt-remote", Usage: "take a remote archive this Redis has no record of as the stream's own (a Redis restored from a backup, an archive from before records were kept); without it such a run refuses to trim"},
 		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
 		&cli.Int64Flag{Name: "slice-entries", Value: 10000, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
 		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
-		&cli.IntFlag{Name: "max-entry-bytes", EnvVars: []string{"EMQ_MAX_ENTRY_BYTES_ARCHIVE"}, Value: 16 << 20,
+		&cli.IntFlag{Name: "max-entry-bytes", EnvVars: clix.EnvVars("MAX_ENTRY_BYTES_ARCHIVE"), Value: 16 << 20,
 			Usage: "largest entry archived; a larger one stops the run, named, before its slice is committed (0: no limit)"},
 		&cli.Int64Flag{Name: "compact-target", Value: 64 << 20, Usage: "after its slices a run merges small segments into segments of this many bytes"},
 		&cli.Int64Flag{Name: "compact-max", Value: 256 << 20, Usage: "bytes a run merges at most (compaction's work per run)"},
@@ -129,7 +129,7 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	if !c.Bool("all") && c.String(clix.FlagQueue) == "" {
-		return clix.Usagef("--queue", "required with --stream (or EMQ_QUEUE); --all without --queue covers every queue")
+		return clix.Usagef("--queue", "required with --stream (or SILT_QUEUE); --all without --queue covers every queue")
 	}
 	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
 		return clix.Usagef("--concurrency", "--concurrency, --slice-entries and --slice-bytes must be at least 1")

@@ -25,10 +25,10 @@ func replayCommand() *cli.Command {
 		&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive"},
 		&cli.StringFlag{Name: "window", Usage: "entries minted from T0 to T1, both included (RFC 3339 or Unix ms)"},
 		&cli.BoolFlag{Name: "restart", Usage: "forget the name's checkpoint and start from --from"},
-		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"}, Usage: "include the archived history (else the live stream only)"},
-		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
+		&cli.StringFlag{Name: "archive-remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"), Usage: "include the archived history (else the live stream only)"},
+		&cli.StringFlag{Name: "archive-cache", EnvVars: clix.EnvVars("ARCHIVE_CACHE"), Value: "./silt-cache", Usage: "local cache of archive pages"},
 		clix.EncryptionKeyFlag(),
-		&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "group named in the deliveries (informational)"},
+		&cli.StringFlag{Name: "group", EnvVars: clix.EnvVars("GROUP"), Usage: "group named in the deliveries (informational)"},
 	)
 	return &cli.Command{
 		Name:      "replay",

@@ -25,8 +25,8 @@ import (
 func groupFlags() []cli.Flag {
 	host, _ := os.Hostname()
 	return []cli.Flag{
-		&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "consumer group (required)"},
-		&cli.StringFlag{Name: "consumer", EnvVars: []string{"EMQ_CONSUMER"}, Value: host, Usage: "consumer name (default: the host name)"},
+		&cli.StringFlag{Name: "group", EnvVars: clix.EnvVars("GROUP"), Usage: "consumer group (required)"},
+		&cli.StringFlag{Name: "consumer", EnvVars: clix.EnvVars("CONSUMER"), Value: host, Usage: "consumer name (default: the host name)"},
 	}
 }
 
@@ -37,11 +37,11 @@ func handlerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "pipe", Usage: "start `CMD` (through sh -c) once and keep it: one delivery per line on its stdin, one result per line on its stdout (docs/pipe.md)"},
 		&cli.IntFlag{Name: "pipe-restarts", Value: 3, Usage: "restarts of a --pipe co-process that exited or broke the protocol, per run; then the run stops with an error"},
 		&cli.StringFlag{Name: "webhook", Usage: "POST each delivery as JSON to `URL`"},
-		&cli.StringFlag{Name: "webhook-secret", EnvVars: []string{"EMQ_WEBHOOK_SECRET"}, Usage: "sign webhook bodies with HMAC-SHA256 (header X-Silt-Signature)"},
+		&cli.StringFlag{Name: "webhook-secret", EnvVars: clix.EnvVars("WEBHOOK_SECRET"), Usage: "sign webhook bodies with HMAC-SHA256 (header X-Silt-Signature)"},
 		&cli.IntFlag{Name: "webhook-retries", Value: 3, Usage: "retries of a webhook call (connection errors, 408, 425, 429, 5xx)"},
 		&cli.BoolFlag{Name: "stdout", Usage: "write each delivery as a JSON line on stdout; the summary goes to stderr"},
 		&cli.DurationFlag{Name: "handler-timeout", Value: 5 * time.Minute, Usage: "longest one handler call may take; then it is left pending"},
-		&cli.StringSliceFlag{Name: "handler-env", EnvVars: []string{"EMQ_HANDLER_ENV"},
+		&cli.StringSliceFlag{Name: "handler-env", EnvVars: clix.EnvVars("HANDLER_ENV"),
 			Usage: "`NAME` of a variable exec handlers get from the worker's environment (repeat, or comma-separate); they get only PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM besides"},
 	}
 }
@@ -55,7 +55,7 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "min-idle", Value: 30 * time.Second, Usage: "reclaim a peer's entry idle this long (server clock)"},
 		&cli.Int64Flag{Name: "max-attempts", Value: 5, Usage: "handler starts before an entry is dead-lettered (a start is recorded before the handler runs; entries read but not started do not count)"},
 		maxEntryBytesFlag(),
-		&cli.DurationFlag{Name: "lease-ttl", EnvVars: []string{"EMQ_LEASE_TTL"}, Value: 30 * time.Second,
+		&cli.DurationFlag{Name: "lease-ttl", EnvVars: clix.EnvVars("LEASE_TTL"), Value: 30 * time.Second,
 			Usage: "catch-up lease: how long a consumer that stopped renewing it (it died) blocks the others' catch-up"},
 		&cli.Int64Flag{Name: "max-entries", Usage: "stop after this many deliveries (0: no limit)"},
 		&cli.DurationFlag{Name: "max-duration", Usage: "stop after this long (0: no limit)"},
@@ -63,9 +63,9 @@ func runCommand() *cli.Command {
 		&cli.DurationFlag{Name: "dedupe-ttl", Usage: "skip entries this group handled within this time (0: off)"},
 		&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "on SIGTERM, how long in-flight handlers may finish"},
 		&cli.DurationFlag{Name: "forget-after", Value: 24 * time.Hour, Usage: "remove consumers with nothing pending idle this long (negative: never)"},
-		&cli.StringFlag{Name: "archive-remote", EnvVars: []string{"EMQ_ARCHIVE_REMOTE"},
+		&cli.StringFlag{Name: "archive-remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"),
 			Usage: "the archiver's remote URL: recover entries trimmed while pending, and catch up a group behind retention"},
-		&cli.StringFlag{Name: "archive-cache", EnvVars: []string{"EMQ_ARCHIVE_CACHE"}, Value: "./silt-cache", Usage: "local cache of archive pages"},
+		&cli.StringFlag{Name: "archive-cache", EnvVars: clix.EnvVars("ARCHIVE_CACHE"), Value: "./silt-cache", Usage: "local cache of archive pages"},
 		clix.EncryptionKeyFlag(),
 	)
 	return &cli.Command{
@@ -91,7 +91,7 @@ func openConsumer(c *cli.Context) (*setup, error) {
 		return nil, err
 	}
 	if c.String("group") == "" {
-		return nil, clix.Usagef("--group", "required (or EMQ_GROUP)")
+		return nil, clix.Usagef("--group", "required (or SILT_GROUP)")
 	}
 	if err := stream.ValidateName("group", c.String("group")); err != nil {
 		return nil, clix.Usagef("--group", "%v", err)
@@ -326,6 +326,6 @@ func attachArchive(c *cli.Context, s *setup) error {
 
 // maxEntryBytesFlag is --max-entry-bytes of append and run.
 func maxEntryBytesFlag() cli.Flag {
-	return &cli.IntFlag{Name: "max-entry-bytes", EnvVars: []string{"EMQ_MAX_ENTRY_BYTES"}, Value: 1 << 20,
+	return &cli.IntFlag{Name: "max-entry-bytes", EnvVars: clix.EnvVars("MAX_ENTRY_BYTES"), Value: 1 << 20,
 		Usage: "largest entry (field names and values) appended or handled; run dead-letters larger ones unhandled (0: no limit)"}
 }

@@ -23,7 +23,7 @@ func statusCommand() *cli.Command {
 		Name:  "status",
 		Usage: "the capacity view: stream length, and per group its pending list, lag and dead letters",
 		Flags: append(clix.CommonFlags(),
-			&cli.StringFlag{Name: "group", EnvVars: []string{"EMQ_GROUP"}, Usage: "only this group"},
+			&cli.StringFlag{Name: "group", EnvVars: clix.EnvVars("GROUP"), Usage: "only this group"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON (--format json)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json, openmetrics, or prometheus (text 0.0.4, for node_exporter's textfile collector)"}),
 		Before: func(c *cli.Context) error { return clix.CheckStatusFormat(c) },

@@ -2,16 +2,16 @@ locals {
   remote = "s3://${aws_s3_bucket.archive.bucket}/${var.archive_prefix}?endpoint=${var.tigris_endpoint}&region=auto"
 
   common_env = [
-    { name = "EMQ_QUEUE", value = var.queue },
-    { name = "EMQ_LOG_FORMAT", value = "json" },
-    { name = "EMQ_ARCHIVE_REMOTE", value = local.remote },
-    { name = "EMQ_DATA_DIR", value = "/tmp/silt-data" },
-    { name = "EMQ_ARCHIVE_CACHE", value = "/tmp/silt-cache" },
+    { name = "SILT_QUEUE", value = var.queue },
+    { name = "SILT_LOG_FORMAT", value = "json" },
+    { name = "SILT_ARCHIVE_REMOTE", value = local.remote },
+    { name = "SILT_DATA_DIR", value = "/tmp/silt-data" },
+    { name = "SILT_ARCHIVE_CACHE", value = "/tmp/silt-cache" },
   ]
 
   # Secrets are passed by reference: ECS reads them when a task starts.
   secrets = [
-    { name = "EMQ_REDIS_URL", valueFrom = var.redis_url_secret_arn },
+    { name = "SILT_REDIS_URL", valueFrom = var.redis_url_secret_arn },
     { name = "AWS_ACCESS_KEY_ID", valueFrom = "${var.tigris_keys_secret_arn}:AWS_ACCESS_KEY_ID::" },
     { name = "AWS_SECRET_ACCESS_KEY", valueFrom = "${var.tigris_keys_secret_arn}:AWS_SECRET_ACCESS_KEY::" },
   ]

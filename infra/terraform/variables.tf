@@ -71,17 +71,17 @@ variable "tigris_keys_secret_arn" {
 
 variable "queue" {
   type        = string
-  description = "Queue (the hash tag of every key), EMQ_QUEUE."
+  description = "Queue (the hash tag of every key), SILT_QUEUE."
 }
 
 variable "stream" {
   type        = string
-  description = "Stream the worker consumes, EMQ_STREAM."
+  description = "Stream the worker consumes, SILT_STREAM."
 }
 
 variable "group" {
   type        = string
-  description = "Consumer group of the worker, EMQ_GROUP."
+  description = "Consumer group of the worker, SILT_GROUP."
 }
 
 variable "worker_handler" {

@@ -63,21 +63,21 @@ const (
 // CommonFlags returns the flags both binaries take, each with its environment variable.
 func CommonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: FlagRedis, EnvVars: []string{"EMQ_REDIS_URL"}, Value: "redis://127.0.0.1:6379/0",
+		&cli.StringFlag{Name: FlagRedis, EnvVars: EnvVars("REDIS_URL"), Value: "redis://127.0.0.1:6379/0",
 			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS; several, comma-separated, for a cluster"},
-		&cli.StringFlag{Name: FlagRedisCA, EnvVars: []string{"EMQ_REDIS_CA"}, Usage: "PEM file of the CA that signed the rediss:// server certificate (default: the system roots)"},
-		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: []string{"EMQ_REDIS_CLUSTER"}, Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
-		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: []string{"EMQ_REDIS_WAIT"}, Value: 10 * time.Second,
+		&cli.StringFlag{Name: FlagRedisCA, EnvVars: EnvVars("REDIS_CA"), Usage: "PEM file of the CA that signed the rediss:// server certificate (default: the system roots)"},
+		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: EnvVars("REDIS_CLUSTER"), Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
+		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: EnvVars("REDIS_WAIT"), Value: 10 * time.Second,
 			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
-		&cli.BoolFlag{Name: FlagAllowEvict, EnvVars: []string{"EMQ_ALLOW_EVICTION"},
+		&cli.BoolFlag{Name: FlagAllowEvict, EnvVars: EnvVars("ALLOW_EVICTION"),
 			Usage: "run against a Redis whose maxmemory-policy may evict keys (streams, dead letters, records can vanish); warned on every run"},
-		&cli.StringFlag{Name: FlagPrefix, EnvVars: []string{"EMQ_PREFIX"}, Value: stream.DefaultPrefix, Usage: "key prefix"},
-		&cli.StringFlag{Name: FlagQueue, EnvVars: []string{"EMQ_QUEUE"}, Usage: "queue name (the hash tag of every key)"},
-		&cli.StringFlag{Name: FlagStream, EnvVars: []string{"EMQ_STREAM"}, Usage: "stream name"},
-		&cli.StringFlag{Name: FlagKind, EnvVars: []string{"EMQ_KIND"},
+		&cli.StringFlag{Name: FlagPrefix, EnvVars: EnvVars("PREFIX"), Value: stream.DefaultPrefix, Usage: "key prefix"},
+		&cli.StringFlag{Name: FlagQueue, EnvVars: EnvVars("QUEUE"), Usage: "queue name (the hash tag of every key)"},
+		&cli.StringFlag{Name: FlagStream, EnvVars: EnvVars("STREAM"), Usage: "stream name"},
+		&cli.StringFlag{Name: FlagKind, EnvVars: EnvVars("KIND"),
 			Usage: "kind of branded id the stream holds: recorded by its first append (EVT when not given), a check afterwards"},
-		&cli.StringFlag{Name: FlagLogFormat, EnvVars: []string{"EMQ_LOG_FORMAT"}, Value: "text", Usage: "log format: text or json"},
-		&cli.StringFlag{Name: FlagLogLevel, EnvVars: []string{"EMQ_LOG_LEVEL"}, Value: "info", Usage: "log level: debug, info, warn, error"},
+		&cli.StringFlag{Name: FlagLogFormat, EnvVars: EnvVars("LOG_FORMAT"), Value: "text", Usage: "log format: text or json"},
+		&cli.StringFlag{Name: FlagLogLevel, EnvVars: EnvVars("LOG_LEVEL"), Value: "info", Usage: "log level: debug, info, warn, error"},
 	}
 }
 
@@ -95,7 +95,7 @@ func ParseTarget(c *cli.Context) (Target, error) {
 		return t, err
 	}
 	if c.String(FlagStream) == "" {
-		return Target{}, Usagef("--stream", "required (or EMQ_STREAM)")
+		return Target{}, Usagef("--stream", "required (or SILT_STREAM)")
 	}
 	if err := stream.ValidateName("stream", c.String(FlagStream)); err != nil {
 		return Target{}, Usagef("--stream", "%v", err)
@@ -107,7 +107,7 @@ func ParseTarget(c *cli.Context) (Target, error) {
 // ParseQueue validates --prefix, --queue and --kind (Stream stays empty).
 func ParseQueue(c *cli.Context) (Target, error) {
 	if c.String(FlagQueue) == "" {
-		return Target{}, Usagef("--queue", "required (or EMQ_QUEUE)")
+		return Target{}, Usagef("--queue", "required (or SILT_QUEUE)")
 	}
 	return ParsePrefix(c)
 }
@@ -368,6 +368,7 @@ func NewLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 		return nil, Usagef("--log-format", "%q is not text or json", c.String(FlagLogFormat))
 	}
 	redis.SetLogger(redisLogger{logger})
+	warnDeprecatedEnv(logger)
 	return logger, nil
 }
 

@@ -14,17 +14,17 @@ import (
 // Flags of client-side encryption at rest.
 const (
 	FlagEncryptionKeyFile = "encryption-key-file"
-	envEncryptionKey      = "EMQ_ENCRYPTION_KEY"
+	envEncryptionKey      = "SILT_ENCRYPTION_KEY"
 )
 
 // EncryptionKeyFlag is the flag of every command that opens an archive's remote.
 func EncryptionKeyFlag() cli.Flag {
-	return &cli.StringFlag{Name: FlagEncryptionKeyFile, EnvVars: []string{"EMQ_ENCRYPTION_KEY_FILE"},
+	return &cli.StringFlag{Name: FlagEncryptionKeyFile, EnvVars: EnvVars("ENCRYPTION_KEY_FILE"),
 		Usage: "encrypt the archive's objects with the AES-256 key in `FILE` (32 bytes, raw or base64); or give it base64 in " + envEncryptionKey}
 }
 
 // Encryption wraps store with client-side encryption when a key is given
-// (--encryption-key-file, or EMQ_ENCRYPTION_KEY in base64); without one it
+// (--encryption-key-file, or SILT_ENCRYPTION_KEY in base64); without one it
 // refuses to read encrypted objects as if they were plain (fence.Plain).
 // The key is never printed.
 func Encryption(c *cli.Context, store fence.Store) (fence.Store, error) {
@@ -56,10 +56,10 @@ func encryptionKey(c *cli.Context) ([]byte, error) {
 		}
 		return nil, Usagef("--"+FlagEncryptionKeyFile, "%s holds %d bytes: want 32 raw bytes or their base64", path, len(b))
 	}
-	if s := os.Getenv(envEncryptionKey); s != "" {
+	if name, s := lookupEnv("ENCRYPTION_KEY"); s != "" {
 		k, err := base64.StdEncoding.DecodeString(s)
 		if err != nil || len(k) != 32 {
-			return nil, fmt.Errorf("%s: want the base64 of 32 bytes (%w)", envEncryptionKey, fence.ErrKey)
+			return nil, fmt.Errorf("%s: want the base64 of 32 bytes (%w)", name, fence.ErrKey)
 		}
 		return k, nil
 	}
