@@ -157,3 +157,37 @@ func TestCluster_ArchiveAllManyStreams(t *testing.T) {
 		t.Fatalf("%d streams archived, %d failed; want 100 and 1", ok, sum.Failed)
 	}
 }
+
+// TestCluster_OneNodeURL gives the binaries one node's URL, no
+// --redis-cluster: they find the cluster (INFO cluster) and reach the queues
+// whose slots other masters serve, instead of failing with MOVED.
+func TestCluster_OneNodeURL(t *testing.T) {
+	cl := testserver.Cluster(t)
+	cc := cl.Client(t)
+	ctx := context.Background()
+	node := "redis://" + cl.Nodes[0].Addr // as RedisCluster.URL gives each node
+	nodeOf := map[string]bool{} // the masters the queues landed on
+	for q := range 12 {
+		queue := fmt.Sprint("q", q)
+		env := []string{"SILT_REDIS_URL=" + node, "SILT_QUEUE=" + queue, "SILT_STREAM=events"}
+		feed(t, env, 3)
+		silt(t, "", env, "worker", "run", "--group", "g", "--stdout")
+		ks, _ := stream.NewKeyspace("", queue)
+		key := ks.Stream("events")
+		if n := cc.XLen(ctx, key).Val(); n != 3 {
+			t.Fatalf("%s holds %d entries, want 3", key, n)
+		}
+		groups := cc.XInfoGroups(ctx, key).Val()
+		if len(groups) != 1 || groups[0].Pending != 0 || groups[0].EntriesRead != 3 {
+			t.Fatalf("%s: groups %+v, want g having read and acked 3", key, groups)
+		}
+		master, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeOf[master.Options().Addr] = true
+	}
+	if len(nodeOf) < 2 {
+		t.Fatalf("the queues landed on %d master(s): the test did not cross slots", len(nodeOf))
+	}
+}

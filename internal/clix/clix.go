@@ -66,7 +66,7 @@ func CommonFlags() []cli.Flag {
 		&cli.StringFlag{Name: FlagRedis, EnvVars: EnvVars("REDIS_URL"), Value: "redis://127.0.0.1:6379/0",
 			Usage: "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS; several, comma-separated, for a cluster"},
 		&cli.StringFlag{Name: FlagRedisCA, EnvVars: EnvVars("REDIS_CA"), Usage: "PEM file of the CA that signed the rediss:// server certificate (default: the system roots)"},
-		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: EnvVars("REDIS_CLUSTER"), Usage: "talk to a Redis Cluster (also implied by several --redis URLs)"},
+		&cli.BoolFlag{Name: FlagRedisCluster, EnvVars: EnvVars("REDIS_CLUSTER"), Usage: "talk to a Redis Cluster (also implied by several --redis URLs, or by one URL of a node that reports cluster_enabled)"},
 		&cli.DurationFlag{Name: FlagRedisWait, EnvVars: EnvVars("REDIS_WAIT"), Value: 10 * time.Second,
 			Usage: "how long to retry (with backoff) when Redis does not answer at startup"},
 		&cli.BoolFlag{Name: FlagAllowEvict, EnvVars: EnvVars("ALLOW_EVICTION"),
@@ -214,6 +214,16 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", redactAll(urls), scrubAll(err, urls))
 	}
+	if single, ok := rdb.(*redis.Client); ok && clusterEnabled(ctx, single) {
+		// One URL of a cluster's node: a plain client would answer MOVED
+		// for every key of another node's slots.
+		rdb.Close()
+		rdb = newClient(opts, true)
+		if err := ping(ctx, rdb, wait); err != nil {
+			rdb.Close()
+			return nil, fmt.Errorf("redis cluster at %s: %w", redactAll(urls), scrubAll(err, urls))
+		}
+	}
 	if err := checkEviction(ctx, c, rdb); err != nil {
 		rdb.Close()
 		return nil, err
@@ -246,6 +256,14 @@ func checkEviction(ctx context.Context, c *cli.Context, rdb redis.UniversalClien
 		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return check(ctx, n) })
 	}
 	return check(ctx, rdb)
+}
+
+// clusterEnabled reports whether the node rdb talks to is a Redis Cluster
+// node (INFO cluster says cluster_enabled:1). A server that refuses INFO
+// is taken as a single node, as it was before this check.
+func clusterEnabled(ctx context.Context, rdb *redis.Client) bool {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	return err == nil && infoField(info, "cluster_enabled") == "1"
 }
 
 // infoField returns the value of name in an INFO reply ("" when absent).
