@@ -166,7 +166,7 @@ func TestCluster_OneNodeURL(t *testing.T) {
 	cc := cl.Client(t)
 	ctx := context.Background()
 	node := "redis://" + cl.Nodes[0].Addr // as RedisCluster.URL gives each node
-	nodeOf := map[string]bool{} // the masters the queues landed on
+	nodeOf := map[string]bool{}           // the masters the queues landed on
 	for q := range 12 {
 		queue := fmt.Sprint("q", q)
 		env := []string{"SILT_REDIS_URL=" + node, "SILT_QUEUE=" + queue, "SILT_STREAM=events"}
