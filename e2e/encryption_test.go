@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -86,7 +87,7 @@ func rawObjects(t *testing.T, kind, url string, minio testserver.S3Server, dir s
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	st, err := fence.Open(context.Background(), url, false)
+	st, err := clix.OpenStore(context.Background(), url, fence.ReadOnly)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ var negativeControls = []struct {
 	// its stream.
 	{"silt_negative_proof", "./pkg/archive", "^TestArchive_SharedPrefixIsRefused$", "run on the second Redis"},
 	// A 412 is taken for a lost race without reading the object back.
-	{"silt_negative_readback", "./pkg/fence", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
+	{"silt_negative_readback", "./pkg/fence/s3", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
 	// The page checksum is skipped: a corrupt page read by range goes through.
 	{"silt_negative_checksum", "./pkg/graft", "^TestVolume_CorruptPageReadByRangeIsNamed$", "flipped page reads"},
 }

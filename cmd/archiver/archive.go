@@ -78,14 +78,18 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if remote == "" {
 		remote = "file://" + filepath.Join(dataDir, "remote")
 	}
-	if _, _, err := fence.ParseURL(remote); err != nil {
+	if err := clix.CheckStoreURL(remote); err != nil {
 		return nil, clix.Usagef("--remote", "%v", err)
 	}
 	rdb, err := clix.OpenRedis(c.Context, c)
 	if err != nil {
 		return nil, err
 	}
-	store, err := fence.Open(c.Context, remote, write)
+	mode := fence.ReadOnly
+	if write {
+		mode = fence.ReadWrite
+	}
+	store, err := clix.OpenStore(c.Context, remote, mode)
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("remote %s: %w", clix.Redact(remote), err)

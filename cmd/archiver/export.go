@@ -54,7 +54,7 @@ func exportAction(c *cli.Context) error {
 	if c.String("to") == "" {
 		return clix.Usagef("--to", "required: the export target (file:///abs/dir or s3://bucket/prefix)")
 	}
-	if _, _, err := fence.ParseURL(c.String("to")); err != nil {
+	if err := clix.CheckStoreURL(c.String("to")); err != nil {
 		return clix.Usagef("--to", "%v", err)
 	}
 	format, err := export.ParseFormat(c.String("format"))
@@ -67,7 +67,11 @@ func exportAction(c *cli.Context) error {
 	if _, _, err := readBounds(c, "", "until"); err != nil {
 		return err
 	}
-	dst, err := fence.Open(c.Context, c.String("to"), !c.Bool("verify"))
+	mode := fence.ReadWrite
+	if c.Bool("verify") {
+		mode = fence.ReadOnly
+	}
+	dst, err := clix.OpenStore(c.Context, c.String("to"), mode)
 	if err != nil {
 		return fmt.Errorf("export target %s: %w", clix.Redact(c.String("to")), err)
 	}

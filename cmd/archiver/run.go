@@ -145,7 +145,7 @@ func runAction(c *cli.Context) error {
 		return clix.Usagef("--export-format", "only with --export-to")
 	}
 	if c.String("export-to") != "" {
-		if _, _, err := fence.ParseURL(c.String("export-to")); err != nil {
+		if err := clix.CheckStoreURL(c.String("export-to")); err != nil {
 			return clix.Usagef("--export-to", "%v", err)
 		}
 		if exportFormat, err = export.ParseFormat(c.String("export-format")); err != nil {
@@ -158,7 +158,7 @@ func runAction(c *cli.Context) error {
 	}
 	defer e.close()
 	if c.String("export-to") != "" {
-		if e.exportTo, err = fence.Open(c.Context, c.String("export-to"), true); err != nil {
+		if e.exportTo, err = clix.OpenStore(c.Context, c.String("export-to"), fence.ReadWrite); err != nil {
 			return fmt.Errorf("export target %s: %w", clix.Redact(c.String("export-to")), err)
 		}
 		e.exportFormat = exportFormat

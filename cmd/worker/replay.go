@@ -118,10 +118,10 @@ func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
 	if remote == "" {
 		return archive.LiveOnly(l), nil
 	}
-	if _, _, err := fence.ParseURL(remote); err != nil {
+	if err := clix.CheckStoreURL(remote); err != nil {
 		return nil, clix.Usagef("--archive-remote", "%v", err)
 	}
-	store, err := fence.Open(c.Context, remote, false)
+	store, err := clix.OpenStore(c.Context, remote, fence.ReadOnly)
 	if err != nil {
 		return nil, fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
 	}

@@ -299,10 +299,10 @@ func attachArchive(c *cli.Context, s *setup) error {
 		}
 		return nil
 	}
-	if _, _, err := fence.ParseURL(remote); err != nil {
+	if err := clix.CheckStoreURL(remote); err != nil {
 		return clix.Usagef("--archive-remote", "%v", err)
 	}
-	store, err := fence.Open(c.Context, remote, false)
+	store, err := clix.OpenStore(c.Context, remote, fence.ReadOnly)
 	if err != nil {
 		return fmt.Errorf("archive remote %s: %w", clix.Redact(remote), err)
 	}

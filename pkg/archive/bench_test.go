@@ -10,6 +10,7 @@ import (
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/s3"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -50,7 +51,7 @@ func BenchmarkArchive_Ratio(b *testing.B) {
 		l, _ := stream.NewLog(rdb, ks, fmt.Sprintf("s%d", round), brand.EVT)
 		b.StopTimer()
 		fill(b, l, benchEntries)
-		st, err := fence.OpenS3(ctx, fence.S3Config{Bucket: bucket, Prefix: fmt.Sprint("r", round), Endpoint: srv.Endpoint,
+		st, err := s3.Open(ctx, s3.Config{Bucket: bucket, Prefix: fmt.Sprint("r", round), Endpoint: srv.Endpoint,
 			Region: "us-east-1", PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 		if err != nil {
 			tb.Fatal(err)

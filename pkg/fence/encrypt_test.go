@@ -29,22 +29,10 @@ func encryptedLocal(t *testing.T, dir string, key []byte) *fence.Encrypted {
 	return e
 }
 
-// The encrypting wrapper keeps the Store contract, on a local directory and
-// on MinIO.
+// The encrypting wrapper keeps the Store contract on a local directory (and
+// on MinIO: TestEncrypted_ConformanceMinIO in package s3).
 func TestEncrypted_Conformance(t *testing.T) {
-	t.Run("local", func(t *testing.T) {
-		fencetest.Run(t, func(t *testing.T) fence.Store { return encryptedLocal(t, t.TempDir(), testKey(1)) })
-	})
-	t.Run("minio", func(t *testing.T) {
-		open := realS3(t, "minio")
-		fencetest.Run(t, func(t *testing.T) fence.Store {
-			e, err := fence.Encrypt(open(t), testKey(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e
-		})
-	})
+	fencetest.Run(t, func(t *testing.T) fence.Store { return encryptedLocal(t, t.TempDir(), testKey(1)) })
 }
 
 // No plaintext byte reaches the store, every range reads back right across
@@ -95,58 +83,5 @@ func TestEncrypted_RangesKeysAndNoPlaintext(t *testing.T) {
 	}
 	if _, err := fence.Encrypt(plain, []byte("short")); !errors.Is(err, fence.ErrKey) {
 		t.Fatalf("a short key: %v", err)
-	}
-}
-
-// Server-side encryption is passed through: SSE-KMS on every PUT, an SSE-C
-// key on every PUT, GET and HEAD (a read without it is refused by the store).
-func TestS3_ServerSideEncryptionPassthrough(t *testing.T) {
-	ctx := context.Background()
-	f := fencetest.NewFakeS3(t)
-	open := func(prefix string, mod func(*fence.S3Config)) *fence.S3 {
-		cfg := fence.S3Config{Bucket: "b", Prefix: prefix, Endpoint: f.URL, Region: "us-east-1", PathStyle: true, AccessKey: "fake", SecretKey: "fake"}
-		mod(&cfg)
-		st, err := fence.OpenS3(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	kms := open("kms", func(c *fence.S3Config) { c.SSE, c.SSEKMSKeyID = "aws:kms", "alias/silt" })
-	if err := kms.Create(ctx, "commits/1", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if h := f.SSE("b/kms/commits/1"); h.Get("X-Amz-Server-Side-Encryption") != "aws:kms" ||
-		h.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id") != "alias/silt" {
-		t.Fatalf("SSE-KMS headers of the PUT: %v", h)
-	}
-	key := testKey(9)
-	ssec := open("ssec", func(c *fence.S3Config) { c.SSECustomerKey = key })
-	if err := ssec.Create(ctx, "segments/1", []byte("payload")); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ssec.Get(ctx, "segments/1", fence.Range{Off: 1, Len: 3}); err != nil || string(got) != "ayl" {
-		t.Fatalf("SSE-C read with the key: %q %v", got, err)
-	}
-	if err := ssec.Create(ctx, "segments/1", []byte("payload")); err != nil { // a retried create reads back with HEAD
-		t.Fatalf("SSE-C create of the same bytes again: %v", err)
-	}
-	noKey := open("ssec", func(*fence.S3Config) {})
-	if _, err := noKey.Get(ctx, "segments/1", fence.Range{}); err == nil {
-		t.Fatal("an SSE-C object was read without its key")
-	}
-	for _, tc := range []struct{ url, want string }{
-		{"s3://b/p?sse=bogus", "want aws:kms or AES256"},
-		{"s3://b/p?sse-kms-key-id=k", "needs sse=aws:kms"},
-		{"s3://b/p?sse-c-key-file=/nonexistent", "sse-c-key-file"},
-	} {
-		if _, _, err := fence.ParseURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want %q", tc.url, err, tc.want)
-		}
-	}
-	kf := filepath.Join(t.TempDir(), "k")
-	os.WriteFile(kf, key, 0o600)
-	if _, cfg, err := fence.ParseURL("s3://b/p?sse-c-key-file=" + kf); err != nil || !bytes.Equal(cfg.SSECustomerKey, key) {
-		t.Fatalf("sse-c-key-file: %v", err)
 	}
 }

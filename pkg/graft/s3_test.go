@@ -12,12 +12,13 @@ import (
 
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
+	fences3 "github.com/silt-dev/silt/pkg/fence/s3"
 	"github.com/silt-dev/silt/pkg/graft"
 )
 
 // s3Store returns a store on a fresh bucket of a server from scripts/servers.sh,
 // verified in cleanup: whatever a test did, the remote must still verify.
-func s3Store(t testing.TB, name string) *fence.S3 {
+func s3Store(t testing.TB, name string) *fences3.Store {
 	t.Helper()
 	srv := testserver.S3(t, name)
 	bucket := strings.ToLower(fmt.Sprintf("graft-%d", testserver.Unique()))
@@ -28,7 +29,7 @@ func s3Store(t testing.TB, name string) *fence.S3 {
 	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		t.Fatalf("create bucket on %s: %v", name, err)
 	}
-	st, err := fence.OpenS3(context.Background(), fence.S3Config{Bucket: bucket, Prefix: "silt", Endpoint: srv.Endpoint,
+	st, err := fences3.Open(context.Background(), fences3.Config{Bucket: bucket, Prefix: "silt", Endpoint: srv.Endpoint,
 		Region: "us-east-1", PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 	if err != nil {
 		t.Fatal(err)

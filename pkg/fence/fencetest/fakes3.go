@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/s3"
 )
 
 // Fault is what the fake S3 server does to one request instead of answering it.
@@ -88,9 +88,9 @@ func (f *FakeS3) Object(path string) ([]byte, bool) {
 	return o.body, ok
 }
 
-// Store returns a fence.S3 on bucket "b" of the fake server.
-func (f *FakeS3) Store(t testing.TB, prefix string) *fence.S3 {
-	st, err := fence.OpenS3(context.Background(), fence.S3Config{
+// Store returns an s3.Store on bucket "b" of the fake server.
+func (f *FakeS3) Store(t testing.TB, prefix string) *s3.Store {
+	st, err := s3.Open(context.Background(), s3.Config{
 		Bucket: "b", Prefix: prefix, Endpoint: f.URL, Region: "us-east-1", PathStyle: true,
 		AccessKey: "fake", SecretKey: "fake",
 	})

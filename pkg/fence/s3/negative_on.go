@@ -1,6 +1,6 @@
 //go:build silt_negative_readback
 
-package fence
+package s3
 
 // negativeReadback: this build skips the 412 read-back on purpose (negative
 // control); never ship it.

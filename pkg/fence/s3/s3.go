@@ -1,4 +1,12 @@
-package fence
+// Package s3 is the fence.Store on S3-compatible object storage (Tigris,
+// MinIO, versitygw, AWS): create-only writes with PutObject If-None-Match: *,
+// a 412 resolved by reading the object's hash back, 409s retried.
+//
+// It is its own package so that a program using only a local store links no
+// AWS code. Open takes a Config; OpenURL an s3:// URL:
+//
+//	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1&path-style=true
+package s3
 
 import (
 	"bytes"
@@ -18,19 +26,20 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/silt-dev/silt/internal/ctxtime"
+	"github.com/silt-dev/silt/pkg/fence"
 )
 
-// S3Config says where an S3 store is. Credentials come from the standard AWS
+// Config says where an S3 store is. Credentials come from the standard AWS
 // chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, ...) unless
 // AccessKey is set.
-type S3Config struct {
+type Config struct {
 	Bucket    string
 	Prefix    string // key prefix inside the bucket, without a trailing slash
 	Endpoint  string // empty for AWS itself
@@ -56,34 +65,34 @@ type S3Config struct {
 	HTTPClient  *http.Client  // optional (tests, TLS settings)
 }
 
-// S3 is a Store on an S3-compatible bucket.
-type S3 struct {
-	cfg    S3Config
+// Store is a fence.Store on an S3-compatible bucket.
+type Store struct {
+	cfg    Config
 	client s3API
 	// ConflictRetries bounds our own retries of 409 ConditionalRequestConflict.
 	ConflictRetries int
 }
 
-var _ Store = (*S3)(nil)
+var _ fence.Store = (*Store)(nil)
 
 // s3API is the part of the S3 client the store uses.
 type s3API interface {
-	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
-	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
-	HeadObject(context.Context, *s3.HeadObjectInput, ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
-	ListObjectsV2(context.Context, *s3.ListObjectsV2Input, ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
-	DeleteObject(context.Context, *s3.DeleteObjectInput, ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+	PutObject(context.Context, *awss3.PutObjectInput, ...func(*awss3.Options)) (*awss3.PutObjectOutput, error)
+	GetObject(context.Context, *awss3.GetObjectInput, ...func(*awss3.Options)) (*awss3.GetObjectOutput, error)
+	HeadObject(context.Context, *awss3.HeadObjectInput, ...func(*awss3.Options)) (*awss3.HeadObjectOutput, error)
+	ListObjectsV2(context.Context, *awss3.ListObjectsV2Input, ...func(*awss3.Options)) (*awss3.ListObjectsV2Output, error)
+	DeleteObject(context.Context, *awss3.DeleteObjectInput, ...func(*awss3.Options)) (*awss3.DeleteObjectOutput, error)
 }
 
 // hashMeta is the user metadata holding the SHA-256 of an object's body, so
 // an ambiguous create can be resolved with a HEAD.
 const hashMeta = "silt-sha256"
 
-// OpenS3 returns a store on cfg's bucket. It does not touch the network; see
+// Open returns a store on cfg's bucket. It does not touch the network; see
 // Probe for the check that the store honours conditional writes.
-func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("s3 store: %w: no bucket", ErrBadURL)
+		return nil, fmt.Errorf("s3 store: %w: no bucket", fence.ErrBadURL)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -105,7 +114,7 @@ func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 store: load AWS config: %w", err)
 	}
-	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+	client := awss3.NewFromConfig(awsCfg, func(o *awss3.Options) {
 		o.UsePathStyle = cfg.PathStyle
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -118,7 +127,7 @@ func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 			o.APIOptions = append(o.APIOptions, smithyhttp.AddHeaderValue("X-Tigris-Consistent", "true"))
 		}
 	})
-	return &S3{cfg: cfg, client: client, ConflictRetries: 5}, nil
+	return &Store{cfg: cfg, client: client, ConflictRetries: 5}, nil
 }
 
 type staticCredentials struct{ id, secret string }
@@ -128,7 +137,7 @@ func (s staticCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 }
 
 // String names the store without credentials: endpoint, bucket and prefix.
-func (s *S3) String() string {
+func (s *Store) String() string {
 	ep := s.cfg.Endpoint
 	if ep == "" {
 		ep = "aws"
@@ -136,8 +145,8 @@ func (s *S3) String() string {
 	return fmt.Sprintf("s3://%s/%s (endpoint %s)", s.cfg.Bucket, s.cfg.Prefix, ep)
 }
 
-func (s *S3) objectKey(key string) (string, error) {
-	if err := CheckKey(key); err != nil {
+func (s *Store) objectKey(key string) (string, error) {
+	if err := fence.CheckKey(key); err != nil {
 		return "", err
 	}
 	if s.cfg.Prefix == "" {
@@ -149,7 +158,7 @@ func (s *S3) objectKey(key string) (string, error) {
 // timeout bounds one call, all its attempts included: each attempt has
 // Timeout (the HTTP client's), so an attempt whose reply never comes is
 // retried, and a retried create that finds its own object resolves by hash.
-func (s *S3) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.Timeout*time.Duration(s.cfg.MaxAttempts)+time.Second)
 }
 
@@ -158,20 +167,20 @@ func sum256(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Create implements Store with PutObject If-None-Match: *. A 409 (a
+// Create implements fence.Store with PutObject If-None-Match: *. A 409 (a
 // concurrent conditional write in progress) is retried with backoff; a 412
 // is resolved by reading the object's hash back, because an earlier attempt
 // of this very call may have landed before its reply was lost.
-func (s *S3) Create(ctx context.Context, key string, body []byte) error {
+func (s *Store) Create(ctx context.Context, key string, body []byte) error {
 	return s.CreateHashed(ctx, key, body, sum256(body))
 }
 
-var _ HashedCreator = (*S3)(nil)
+var _ fence.HashedCreator = (*Store)(nil)
 
-// CreateHashed implements HashedCreator: hash goes in the object's metadata
+// CreateHashed implements fence.HashedCreator: hash goes in the object's metadata
 // (for resolving a 412) and to the request signer, which then need not
 // hash the body itself.
-func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash string) error {
+func (s *Store) CreateHashed(ctx context.Context, key string, body []byte, hash string) error {
 	ok, err := s.objectKey(key)
 	if err != nil {
 		return err
@@ -184,7 +193,7 @@ func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash str
 			return nil
 		case isCode(err, http.StatusPreconditionFailed, "PreconditionFailed"):
 			if negativeReadback {
-				return fmt.Errorf("create %s: %w", key, ErrExists)
+				return fmt.Errorf("create %s: %w", key, fence.ErrExists)
 			}
 			return s.resolve(ctx, key, ok, hash)
 		case isCode(err, http.StatusConflict, "ConditionalRequestConflict") && attempt < s.ConflictRetries:
@@ -198,10 +207,10 @@ func (s *S3) CreateHashed(ctx context.Context, key string, body []byte, hash str
 	}
 }
 
-func (s *S3) put(ctx context.Context, objectKey string, body []byte, hash string) error {
+func (s *Store) put(ctx context.Context, objectKey string, body []byte, hash string) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	in := &s3.PutObjectInput{
+	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(s.cfg.Bucket),
 		Key:           aws.String(objectKey),
 		Body:          bytes.NewReader(body),
@@ -221,7 +230,7 @@ func (s *S3) put(ctx context.Context, objectKey string, body []byte, hash string
 }
 
 // ssec returns the SSE-C parameters of every request (nil without a key).
-func (s *S3) ssec() (alg, key, keyMD5 *string) {
+func (s *Store) ssec() (alg, key, keyMD5 *string) {
 	if len(s.cfg.SSECustomerKey) == 0 {
 		return nil, nil, nil
 	}
@@ -232,8 +241,8 @@ func (s *S3) ssec() (alg, key, keyMD5 *string) {
 
 // withPayloadHash hands the body's SHA-256 to the SigV4 signer, which would
 // otherwise read and hash the whole body once more per attempt.
-func withPayloadHash(hash string) func(*s3.Options) {
-	return func(o *s3.Options) {
+func withPayloadHash(hash string) func(*awss3.Options) {
+	return func(o *awss3.Options) {
 		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
 			return st.Finalize.Insert(middleware.FinalizeMiddlewareFunc("SiltPayloadHash",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
@@ -245,7 +254,7 @@ func withPayloadHash(hash string) func(*s3.Options) {
 
 // resolve decides a 412: the object holds our bytes (an earlier attempt
 // landed) or someone else's.
-func (s *S3) resolve(ctx context.Context, key, objectKey, hash string) error {
+func (s *Store) resolve(ctx context.Context, key, objectKey, hash string) error {
 	theirs, err := s.hashOf(ctx, objectKey)
 	if err != nil {
 		return fmt.Errorf("create %s: resolve 412: %w", key, err)
@@ -253,15 +262,15 @@ func (s *S3) resolve(ctx context.Context, key, objectKey, hash string) error {
 	if theirs == hash {
 		return nil
 	}
-	return fmt.Errorf("create %s: %w", key, ErrExists)
+	return fmt.Errorf("create %s: %w", key, fence.ErrExists)
 }
 
 // hashOf returns the SHA-256 of an object, from its metadata when it has
 // one, else by reading it.
-func (s *S3) hashOf(ctx context.Context, objectKey string) (string, error) {
+func (s *Store) hashOf(ctx context.Context, objectKey string) (string, error) {
 	hctx, cancel := s.timeout(ctx)
 	defer cancel()
-	hin := &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
+	hin := &awss3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
 	hin.SSECustomerAlgorithm, hin.SSECustomerKey, hin.SSECustomerKeyMD5 = s.ssec()
 	head, err := s.client.HeadObject(hctx, hin)
 	if err != nil {
@@ -270,22 +279,22 @@ func (s *S3) hashOf(ctx context.Context, objectKey string) (string, error) {
 	if h := head.Metadata[hashMeta]; h != "" {
 		return h, nil
 	}
-	b, err := s.get(ctx, objectKey, Range{})
+	b, err := s.get(ctx, objectKey, fence.Range{})
 	if err != nil {
 		return "", err
 	}
 	return sum256(b), nil
 }
 
-// Get implements Store.
-func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+// Get implements fence.Store.
+func (s *Store) Get(ctx context.Context, key string, r fence.Range) ([]byte, error) {
 	ok, err := s.objectKey(key)
 	if err != nil {
 		return nil, err
 	}
 	b, err := s.get(ctx, ok, r)
 	if isCode(err, http.StatusNotFound, "NoSuchKey") {
-		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("get %s: %w", key, fence.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s from %s: %w", key, s, err)
@@ -293,10 +302,10 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, error) {
 	return b, nil
 }
 
-func (s *S3) get(ctx context.Context, objectKey string, r Range) ([]byte, error) {
+func (s *Store) get(ctx context.Context, objectKey string, r fence.Range) ([]byte, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	in := &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
+	in := &awss3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
 	in.SSECustomerAlgorithm, in.SSECustomerKey, in.SSECustomerKeyMD5 = s.ssec()
 	if !r.IsWhole() {
 		end := ""
@@ -313,15 +322,15 @@ func (s *S3) get(ctx context.Context, objectKey string, r Range) ([]byte, error)
 	return io.ReadAll(out.Body)
 }
 
-// List implements Store.
-func (s *S3) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+// List implements fence.Store.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
 	full := func(k string) string {
 		if s.cfg.Prefix == "" {
 			return k
 		}
 		return s.cfg.Prefix + "/" + k
 	}
-	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(full(prefix))}
+	in := &awss3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(full(prefix))}
 	if after != "" {
 		in.StartAfter = aws.String(full(after))
 	}
@@ -350,15 +359,15 @@ func (s *S3) List(ctx context.Context, prefix, after string, limit int) ([]strin
 	}
 }
 
-// Delete implements Store.
-func (s *S3) Delete(ctx context.Context, key string) error {
+// Delete implements fence.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
 	ok, err := s.objectKey(key)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(ok)})
+	_, err = s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(ok)})
 	if err != nil && !isCode(err, http.StatusNotFound, "NoSuchKey") {
 		return fmt.Errorf("delete %s from %s: %w", key, s, err)
 	}

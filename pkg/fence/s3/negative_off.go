@@ -1,6 +1,6 @@
 //go:build !silt_negative_readback
 
-package fence
+package s3
 
 // negativeReadback is true only in the negative-control build (tag
 // silt_negative_readback), which takes every 412 for a lost race without

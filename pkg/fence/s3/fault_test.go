@@ -1,4 +1,4 @@
-package fence_test
+package s3_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/silt-dev/silt/internal/faultproxy"
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/s3"
 )
 
 // TestS3_LostReplyVerdict creates objects on MinIO through a proxy that lets
@@ -28,15 +29,15 @@ func TestS3_LostReplyVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	cfg := fence.S3Config{Bucket: bucket, Prefix: "lost-reply", Region: "us-east-1", PathStyle: true,
+	cfg := s3.Config{Bucket: bucket, Prefix: "lost-reply", Region: "us-east-1", PathStyle: true,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Timeout: 5 * time.Second}
 	direct := cfg
 	direct.Endpoint, cfg.Endpoint = srv.Endpoint, "http://"+p.Addr
-	st, err := fence.OpenS3(context.Background(), cfg)
+	st, err := s3.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	truth, _ := fence.OpenS3(context.Background(), direct)
+	truth, _ := s3.Open(context.Background(), direct)
 	ctx := context.Background()
 	const n = 8
 	wrong, landed := 0, 0
