@@ -422,7 +422,10 @@ func TestExport_KilledAtRandomPoints(t *testing.T) {
 				var sum struct{ Resumed int }
 				json.Unmarshal([]byte(out.String()), &sum)
 				resumed += sum.Resumed
-			case <-time.After(time.Duration(20+rand.IntN(250)) * time.Millisecond):
+			// A kill at a random point, later with each attempt: a loaded
+			// machine (a start alone can take 300 ms there) still gets a
+			// run through to the end.
+			case <-time.After(time.Duration(20+rand.IntN(250)+40*attempt) * time.Millisecond):
 				cmd.Process.Signal(syscall.SIGKILL)
 				if err := <-done; err == nil {
 					break // it finished before the signal

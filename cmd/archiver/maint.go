@@ -47,11 +47,11 @@ func statusCommand() *cli.Command {
 			case st.Policy == nil:
 				fmt.Fprintf(tw, "retention policy\tnone declared (archiver policy set)\n")
 			case r == nil:
-				fmt.Fprintf(tw, "retention policy\t%s, never ran\n", st.Policy)
+				fmt.Fprintf(tw, "retention policy\t%s, never ran\n", clix.PolicyFlags(st.Policy))
 			case r.Error != "":
-				fmt.Fprintf(tw, "retention policy\t%s, last ran %s and failed: %s\n", st.Policy, r.At.Format(time.RFC3339), r.Error)
+				fmt.Fprintf(tw, "retention policy\t%s, last ran %s and failed: %s\n", clix.PolicyFlags(st.Policy), r.At.Format(time.RFC3339), r.Error)
 			default:
-				fmt.Fprintf(tw, "retention policy\t%s, last ran %s: archived %d, trimmed %d\n", st.Policy, r.At.Format(time.RFC3339), r.Archived, r.Trimmed)
+				fmt.Fprintf(tw, "retention policy\t%s, last ran %s: archived %d, trimmed %d\n", clix.PolicyFlags(st.Policy), r.At.Format(time.RFC3339), r.Archived, r.Trimmed)
 			}
 			fmt.Fprintf(tw, "archived\t%d entries, %d bytes (%d malformed, archived as they are)\n", st.Archived, st.ArchivedBytes, st.Malformed)
 			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
@@ -163,8 +163,8 @@ func compactCommand() *cli.Command {
 		Name:  "compact",
 		Usage: "merge runs of small segments into large ones (archiver run does a bounded amount of this after its slices)",
 		Flags: withArchive(
-			&cli.Int64Flag{Name: "target", Value: 64 << 20, Usage: "bytes of a merged segment"},
-			&cli.IntFlag{Name: "min-entries", Value: 1024, Usage: "merge a run of this many small segments even below --target"},
+			&cli.Int64Flag{Name: "target", Value: graft.DefaultCompactTarget, Usage: "bytes of a merged segment"},
+			&cli.IntFlag{Name: "min-entries", Value: graft.DefaultCompactMinEntries, Usage: "merge a run of this many small segments even below --target"},
 			&cli.Int64Flag{Name: "max-bytes", Value: 1 << 40, Usage: "bytes merged at most by this command"},
 		),
 		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {

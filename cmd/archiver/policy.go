@@ -118,7 +118,7 @@ func printPolicy(c *cli.Context, key, name string, d *archive.Declared, last *ar
 		Policy  *archive.Declared  `json:"policy"`
 		Flags   string             `json:"flags,omitempty"`
 		LastRun *archive.PolicyRun `json:"last_run,omitempty"`
-	}{name, key, d, flagsOf(d), last})
+	}{name, key, d, clix.PolicyFlags(d), last})
 	if err != nil {
 		return err
 	}
@@ -126,9 +126,4 @@ func printPolicy(c *cli.Context, key, name string, d *archive.Declared, last *ar
 	return err
 }
 
-func flagsOf(d *archive.Declared) string {
-	if d == nil {
-		return ""
-	}
-	return d.String()
-}
+

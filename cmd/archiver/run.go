@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -64,12 +65,12 @@ func runCommand() *cli.Command {
 		&cli.BoolFlag{Name: "all", Usage: "archive every stream of the queue (SCAN), dead-letter streams included"},
 		&cli.BoolFlag{Name: "adopt-remote", Usage: "take a remote archive this Redis has no record of as the stream's own (a Redis restored from a backup, an archive from before records were kept); without it such a run refuses to trim"},
 		&cli.IntFlag{Name: "concurrency", Value: 4, Usage: "streams archived at once"},
-		&cli.Int64Flag{Name: "slice-entries", Value: 10000, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
-		&cli.Int64Flag{Name: "slice-bytes", Value: 4 << 20, Usage: "payload bytes per commit (about)"},
+		&cli.Int64Flag{Name: "slice-entries", Value: archive.DefaultSliceEntries, Usage: "entries per commit (each commit holds at most --slice-bytes too)"},
+		&cli.Int64Flag{Name: "slice-bytes", Value: archive.DefaultSliceBytes, Usage: "payload bytes per commit (about)"},
 		&cli.IntFlag{Name: "max-entry-bytes", EnvVars: clix.EnvVars("MAX_ENTRY_BYTES_ARCHIVE"), Value: 16 << 20,
 			Usage: "largest entry archived; a larger one stops the run, named, before its slice is committed (0: no limit)"},
-		&cli.Int64Flag{Name: "compact-target", Value: 64 << 20, Usage: "after its slices a run merges small segments into segments of this many bytes"},
-		&cli.Int64Flag{Name: "compact-max", Value: 256 << 20, Usage: "bytes a run merges at most (compaction's work per run)"},
+		&cli.Int64Flag{Name: "compact-target", Value: graft.DefaultCompactTarget, Usage: "after its slices a run merges small segments into segments of this many bytes"},
+		&cli.Int64Flag{Name: "compact-max", Value: 4 * graft.DefaultCompactTarget, Usage: "bytes a run merges at most (compaction's work per run)"},
 		&cli.BoolFlag{Name: "no-compact", Usage: "merge no segments in this run (archiver compact does it on demand)"},
 		&cli.DurationFlag{Name: "archive-keep-for", Usage: "the archive's own retention: drop archived history older than this through the fence (gc deletes the objects after its grace; 0: keep forever). Keep it above the longest consumer lag"},
 		&cli.StringFlag{Name: "export-to", Usage: "after each stream's commits, export its archived history (up to W) to this target as archiver export does: file:///abs/dir or s3://bucket/prefix?..."},
@@ -261,7 +262,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	switch {
 	case declared && given && !d.Same(flags):
 		r.Error = fmt.Sprintf("%s declares %s; the command line says %s: remove the flags to apply the declared policy, "+
-			"or change it with archiver policy set", ks.Stream(t.Stream), d, flags)
+			"or change it with archiver policy set", ks.Stream(t.Stream), clix.PolicyFlags(&d), clix.PolicyFlags(&flags))
 		return r
 	case !declared && !given && c.Bool("all"):
 		r.Policy = "none: undeclared"
@@ -310,6 +311,9 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	}
 	final(r.Result)
 	e.metrics.after(c.Context, a, applied, attrs)
+	if errors.Is(err, stream.ErrOversized) { // the library's limit is this command's flag
+		err = fmt.Errorf("%w (raise --max-entry-bytes, or remove the entry)", err)
+	}
 	if err != nil && c.Context.Err() == nil {
 		r.Error = err.Error()
 	}

@@ -109,7 +109,7 @@ func policyLines(d *archive.Declared, r *archive.PolicyRun) string {
 	if d == nil {
 		return "policy\tnone declared (archiver policy set)\n"
 	}
-	s := fmt.Sprintf("policy\t%s (declared %s)\n", d, d.At.Format(time.RFC3339))
+	s := fmt.Sprintf("policy\t%s (declared %s)\n", clix.PolicyFlags(d), d.At.Format(time.RFC3339))
 	switch {
 	case r == nil:
 		s += "policy last ran\tnever\n"

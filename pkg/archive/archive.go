@@ -13,6 +13,12 @@ import (
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
+// Defaults of an Archive's slice bounds.
+const (
+	DefaultSliceEntries = 10000
+	DefaultSliceBytes   = 4 << 20
+)
+
 // Archive is one stream's archive: the live log and its graft volume.
 type Archive struct {
 	// Compact bounds the compaction each Run does after its slices (zero:
@@ -25,7 +31,8 @@ type Archive struct {
 	// than this (a prune commit and a checkpoint through the fence; gc
 	// deletes the objects after its grace). Zero keeps history forever.
 	HistoryKeepFor time.Duration
-	// SliceEntries and SliceBytes bound one fold (one commit).
+	// SliceEntries and SliceBytes bound one fold (one commit);
+	// DefaultSliceEntries and DefaultSliceBytes unless set.
 	SliceEntries int64
 	SliceBytes   int64
 	// MaxEntryBytes, when positive, stops a run at an entry larger than
@@ -91,7 +98,7 @@ func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.
 	if err != nil {
 		return nil, err
 	}
-	a := &Archive{SliceEntries: 10000, SliceBytes: 4 << 20, log: log, vol: vol}
+	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, log: log, vol: vol}
 	vol.Failpoint = a.failpoint
 	return a, nil
 }

@@ -64,24 +64,6 @@ func (d *Declared) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// String says the policy as the flags that declare it.
-func (d Declared) String() string {
-	s := ""
-	if d.KeepLast > 0 {
-		s += fmt.Sprintf("--keep-last %d ", d.KeepLast)
-	}
-	if d.KeepFor > 0 {
-		s += fmt.Sprintf("--keep-for %s ", d.KeepFor)
-	}
-	if d.Exact {
-		s += "--exact "
-	}
-	if d.Archive {
-		return s + "--archive"
-	}
-	return s + "--no-archive"
-}
-
 // Same reports whether two policies say the same (their times aside).
 func (d Declared) Same(o Declared) bool {
 	return d.Policy == o.Policy && d.Exact == o.Exact && d.Archive == o.Archive

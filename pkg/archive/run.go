@@ -19,7 +19,7 @@ type Policy struct {
 }
 
 // ErrNoPolicy: a run needs a retention policy.
-var ErrNoPolicy = errors.New("no retention policy: set keep-last or keep-for")
+var ErrNoPolicy = errors.New("no retention policy: set Policy.KeepLast or Policy.KeepFor")
 
 // Result is what one Run did.
 type Result struct {
@@ -248,7 +248,7 @@ func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.Stream
 // add encodes one entry as the slice's next record page.
 func (f *folded) add(a *Archive, e stream.RawEntry, size int64) error {
 	if a.MaxEntryBytes > 0 && size > int64(a.MaxEntryBytes) {
-		return fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise --max-entry-bytes, or remove the entry): %w",
+		return fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise Archive.MaxEntryBytes, or remove the entry): %w",
 			e.StreamID, a.log.Key(), size, a.MaxEntryBytes, stream.ErrOversized)
 	}
 	malformed := errors.Is(a.log.CheckRaw(e), stream.ErrMalformed)

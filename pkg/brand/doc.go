@@ -10,7 +10,7 @@
 // computed from the other:
 //
 //	id, _ := brand.Parse("EVT_01JC3T7QG0000000000000A")
-//	id.StreamID().String() // "1731000000000-10"
+//	id.StreamID.String() // "1731000000000-10"
 //
 // A Minter is a monotone cell: every Mint returns an id strictly greater than the
 // last one it returned, from any goroutine, even when the host clock steps back.

@@ -15,6 +15,12 @@ import (
 // objects (docs/architecture.md, "Deep history"). Only monotonic volumes
 // (pages in commit order, as every archive is) are compacted.
 
+// Defaults of CompactOptions.
+const (
+	DefaultCompactTarget     = 64 << 20
+	DefaultCompactMinEntries = 1024
+)
+
 // CompactOptions bound one Compact call; the zero value takes the defaults.
 type CompactOptions struct {
 	// Target is the size a merged segment grows to (default 64 MiB). An
@@ -30,10 +36,10 @@ type CompactOptions struct {
 
 func (o *CompactOptions) defaults() {
 	if o.Target <= 0 {
-		o.Target = 64 << 20
+		o.Target = DefaultCompactTarget
 	}
 	if o.MinEntries <= 1 {
-		o.MinEntries = 1024
+		o.MinEntries = DefaultCompactMinEntries
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 4 * o.Target

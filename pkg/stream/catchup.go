@@ -296,6 +296,3 @@ func (r *run) keepLease(ctx context.Context) (stop func()) {
 		}
 	})
 }
-
-// LeaseTTL default: long enough for a batch of handlers.
-const defaultLeaseTTL = 30 * time.Second

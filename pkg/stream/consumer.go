@@ -77,6 +77,19 @@ func (c *Consumer) Name() string { return c.name }
 // DeadLetterLog returns the group's dead-letter log.
 func (c *Consumer) DeadLetterLog() *Log { return c.dead }
 
+// Defaults of the Consumer's fields, the values a zero field takes (the
+// worker's flags default to them too).
+const (
+	DefaultBlock        = 2 * time.Second
+	DefaultMinIdle      = 30 * time.Second
+	DefaultMaxAttempts  = 5
+	DefaultConcurrency  = 1
+	DefaultGrace        = 10 * time.Second
+	DefaultForgetAfter  = 24 * time.Hour
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultLeaseTTL     = 30 * time.Second // long enough for a batch of handlers
+)
+
 // defaults fills zero fields with their defaults.
 func (c *Consumer) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -84,8 +97,8 @@ func (c *Consumer) defaults() {
 			*d = v
 		}
 	}
-	def(&c.Block, 2*time.Second)
-	def(&c.MinIdle, 30*time.Second)
+	def(&c.Block, DefaultBlock)
+	def(&c.MinIdle, DefaultMinIdle)
 	if c.ClaimEvery <= 0 || c.ClaimEvery > c.MinIdle {
 		// An entry becomes claimable MinIdle after its peer died, at any
 		// phase of our beat: beating every MinIdle would take up to 2 ×
@@ -93,15 +106,15 @@ func (c *Consumer) defaults() {
 		// 1.58); MinIdle/10 bounds it to 1.1.
 		c.ClaimEvery = max(c.MinIdle/10, time.Millisecond)
 	}
-	def(&c.Grace, 10*time.Second)
-	def(&c.ForgetAfter, 24*time.Hour)
-	def(&c.WriteTimeout, 10*time.Second)
-	def(&c.LeaseTTL, defaultLeaseTTL)
+	def(&c.Grace, DefaultGrace)
+	def(&c.ForgetAfter, DefaultForgetAfter)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.LeaseTTL, DefaultLeaseTTL)
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 1
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -93,7 +93,7 @@ type Summary struct {
 	DeadLettered      int64         `json:"dead_lettered"`      // moved to the dead-letter stream
 	Abandoned         int64         `json:"abandoned"`          // not finished at shutdown, left pending
 	Malformed         int64         `json:"malformed"`          // dead-lettered because the id was bad
-	Oversized         int64         `json:"oversized"`          // dead-lettered unhandled: larger than max-entry-bytes
+	Oversized         int64         `json:"oversized"`          // dead-lettered unhandled: larger than MaxEntryBytes
 	PayloadRecovered  int64         `json:"payload_recovered"`  // trimmed while pending, recovered from the source
 	PayloadLost       int64         `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
 	DuplicatesSkipped int64         `json:"duplicates_skipped"` // already handled by this group (dedupe), acked

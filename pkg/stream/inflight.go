@@ -94,7 +94,7 @@ func isOOM(err error) bool { return err != nil && strings.Contains(err.Error(), 
 // warnOOM says once per run that Redis is full and starts go unrecorded.
 func (r *run) warnOOM(err error) {
 	if r.oomWarned.CompareAndSwap(false, true) {
-		r.c.Logger.Warn("redis is full: handler starts are not recorded while it is (a worker killed now may not count them against --max-attempts)", "error", err.Error())
+		r.c.Logger.Warn("redis is full: handler starts are not recorded while it is (a worker killed now may not count them against MaxAttempts)", "error", err.Error())
 	}
 }
 
