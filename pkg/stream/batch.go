@@ -138,7 +138,9 @@ func (l *Log) watchAndCatchUp(ctx context.Context, tx *redis.Tx) error {
 
 // catchUpWith advances the minter past the stream's last generated id, which
 // counts deleted and trimmed entries too. A missing stream has no top.
-func (l *Log) catchUpWith(ctx context.Context, rdb redis.Cmdable) error {
+func (l *Log) catchUpWith(ctx context.Context, rdb interface {
+	XInfoStream(ctx context.Context, key string) *redis.XInfoStreamCmd
+}) error {
 	return l.advancePast(rdb.XInfoStream(ctx, l.key))
 }
 

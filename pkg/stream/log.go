@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,11 +37,41 @@ func EntryBytes(fields map[string]string) int {
 	return n
 }
 
-// Client is the part of go-redis the stream package uses. *redis.Client,
-// *redis.ClusterClient and *redis.Ring satisfy it.
+// Client is the part of go-redis the stream package and its users in silt
+// (archive, export, the CLIs) call: *redis.Client, *redis.ClusterClient and
+// redis.UniversalClient satisfy it, and a test double needs only these.
 type Client interface {
-	redis.Cmdable
+	redis.Scripter // the package's Lua scripts
 	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+
+	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
+	XDel(ctx context.Context, stream string, ids ...string) *redis.IntCmd
+	XLen(ctx context.Context, stream string) *redis.IntCmd
+	XRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
+	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
+	XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd
+	XAutoClaimWithDeleted(ctx context.Context, a *redis.XAutoClaimArgs) *redis.XAutoClaimWithDeletedCmd
+	XGroupCreateMkStream(ctx context.Context, stream, group, start string) *redis.StatusCmd
+	XInfoStream(ctx context.Context, key string) *redis.XInfoStreamCmd
+	XInfoGroups(ctx context.Context, key string) *redis.XInfoGroupsCmd
+	XInfoConsumers(ctx context.Context, key string, group string) *redis.XInfoConsumersCmd
+	XTrimMaxLen(ctx context.Context, key string, maxLen int64) *redis.IntCmd
+	XTrimMaxLenApprox(ctx context.Context, key string, maxLen, limit int64) *redis.IntCmd
+	XTrimMinID(ctx context.Context, key string, minID string) *redis.IntCmd
+	XTrimMinIDApprox(ctx context.Context, key string, minID string, limit int64) *redis.IntCmd
+
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
+	HLen(ctx context.Context, key string) *redis.IntCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
+	LIndex(ctx context.Context, key string, index int64) *redis.StringCmd
+	LRange(ctx context.Context, key string, start, stop int64) *redis.StringSliceCmd
+	LSet(ctx context.Context, key string, index int64, value any) *redis.StatusCmd
+	LRem(ctx context.Context, key string, count int64, value any) *redis.IntCmd
 }
 
 var (
