@@ -171,7 +171,10 @@ func compactCommand() *cli.Command {
 			if c.Int64("target") < 1 || c.Int("min-entries") < 2 || c.Int64("max-bytes") < 1 {
 				return clix.Usagef("--target", "--target and --max-bytes must be at least 1 byte, --min-entries at least 2")
 			}
-			a.Failpoint = failpointFromEnv()
+			var err error
+			if a.Failpoint, err = clix.FailpointFromEnv(); err != nil {
+				return err
+			}
 			res, err := a.Compact(c.Context, graft.CompactOptions{Target: c.Int64("target"), MinEntries: c.Int("min-entries"), MaxBytes: c.Int64("max-bytes")})
 			if err != nil {
 				return err

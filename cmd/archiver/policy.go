@@ -125,5 +125,3 @@ func printPolicy(c *cli.Context, key, name string, d *archive.Declared, last *ar
 	_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 	return err
 }
-
-

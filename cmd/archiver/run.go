@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -291,7 +291,10 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.Compaction = graft.CompactOptions{Target: c.Int64("compact-target"), MaxBytes: c.Int64("compact-max")}
 	a.NoCompact = c.Bool("no-compact")
 	a.HistoryKeepFor = c.Duration("archive-keep-for")
-	a.Failpoint = failpointFromEnv()
+	if a.Failpoint, err = clix.FailpointFromEnv(); err != nil {
+		r.Error = err.Error()
+		return r
+	}
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
 	attrs := streamAttrs(t.Queue, t.Stream, t.Dead)
 	record, final := e.metrics.progress(attrs)
@@ -439,8 +442,3 @@ func (p *progress) done() {
 		fmt.Fprintln(p.w)
 	}
 }
-
-// failpointFromEnv reads SILT_FAILPOINT=STEP:N in a build with the
-// silt_failpoints tag (crash tests only): the process kills itself with
-// SIGKILL the Nth time it reaches STEP. Release builds ignore it.
-func failpointFromEnv() func(string) { return clix.FailpointFromEnv() }

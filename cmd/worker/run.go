@@ -17,6 +17,7 @@ import (
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -123,7 +124,10 @@ func openConsumer(c *cli.Context) (*setup, error) {
 		return nil, err
 	}
 	cons.Logger = logger
-	cons.Failpoint = failpointFromEnv(logger)
+	if cons.Failpoint, err = failpointFromEnv(logger); err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	return &setup{target: target, log: logger, consumer: cons, close: func() { rdb.Close() }}, nil
 }
 
@@ -281,12 +285,12 @@ func printSummary(w io.Writer, s *setup, sum stream.Summary) error {
 
 // failpointFromEnv reads SILT_FAILPOINT=NAME:N in a build with the
 // silt_failpoints tag (crash tests only); release builds ignore it.
-func failpointFromEnv(log *slog.Logger) func(string) {
-	fp := clix.FailpointFromEnv()
+func failpointFromEnv(log *slog.Logger) (failpoint.Func, error) {
+	fp, err := clix.FailpointFromEnv()
 	if fp != nil {
 		log.Warn("failpoint armed (a silt_failpoints build)", "spec", os.Getenv("SILT_FAILPOINT"))
 	}
-	return fp
+	return fp, err
 }
 
 // attachArchive makes the archive the consumer's PayloadSource and History

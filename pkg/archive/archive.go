@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/graft"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -43,9 +44,9 @@ type Archive struct {
 	// archived entries longer, never drops an unarchived one).
 	Exact bool
 	// Failpoint, when set, is called at each step boundary of a slice:
-	// "after-fold", graft's "segment-written", "segment-uploaded",
-	// "commit-put", "head-updated", then "after-commit" and "after-trim".
-	Failpoint func(step string)
+	// failpoint.AfterFold, the volume's commit steps, then AfterCommit and
+	// AfterTrim (package failpoint lists them all).
+	Failpoint failpoint.Func
 	// RemoteName names the remote (without secrets) in the archive's record
 	// in Redis and in errors.
 	RemoteName string
@@ -119,7 +120,7 @@ func (a *Archive) Identity() string {
 // Log returns the live stream's log.
 func (a *Archive) Log() *stream.Log { return a.log }
 
-func (a *Archive) failpoint(step string) {
+func (a *Archive) failpoint(step failpoint.Name) {
 	if a.Failpoint != nil {
 		a.Failpoint(step)
 	}

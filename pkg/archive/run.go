@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/graft"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -294,7 +295,7 @@ func (a *Archive) archivable(ctx context.Context, st state, keep int64) (int64, 
 // commit commits a folded slice. A lost race returns the winner's state
 // instead.
 func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (state, error) {
-	a.failpoint("after-fold")
+	a.failpoint(failpoint.AfterFold)
 	c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
 	var ce *graft.ConflictError
 	if errors.As(err, &ce) {
@@ -305,7 +306,7 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 	if err != nil {
 		return st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
-	a.failpoint("after-commit")
+	a.failpoint(failpoint.AfterCommit)
 	if err := a.record(ctx, c.LSN, f.next.W); err != nil {
 		return st, err
 	}
@@ -336,6 +337,6 @@ func (a *Archive) trim(ctx context.Context, st state, res *Result) error {
 	res.Trimmed += n
 	res.W = st.W.String()
 	res.LSN = a.vol.Head()
-	a.failpoint("after-trim")
+	a.failpoint(failpoint.AfterTrim)
 	return nil
 }

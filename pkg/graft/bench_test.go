@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/graft"
 )
@@ -37,14 +38,14 @@ func BenchmarkUpload_Ratio(b *testing.B) {
 	// object, then the local head; against the raw create's time.
 	var t0 time.Time
 	var segment, commitPut, rest, rawTime []float64
-	v.Failpoint = func(step string) {
+	v.Failpoint = func(step failpoint.Name) {
 		ms := float64(time.Since(t0)) / float64(time.Millisecond)
 		switch step {
-		case "segment-uploaded":
+		case failpoint.SegmentUploaded:
 			segment = append(segment, ms)
-		case "commit-put":
+		case failpoint.CommitPut:
 			commitPut = append(commitPut, ms-segment[len(segment)-1])
-		case "head-updated":
+		case failpoint.HeadUpdated:
 			rest = append(rest, ms-segment[len(segment)-1]-commitPut[len(commitPut)-1])
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
@@ -349,7 +350,7 @@ func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v.failpoint("checkpoint-leaves")
+	v.failpoint(failpoint.CheckpointLeaves)
 	key := v.checkpointKey(ck.LSN)
 	if err := v.store.Create(ctx, key, root); errors.Is(err, fence.ErrExists) {
 		// Another writer checkpointed this commit: use theirs if it is the same commit.
@@ -359,7 +360,7 @@ func (v *Volume) checkpoint(ctx context.Context) (uint64, error) {
 	} else if err != nil {
 		return 0, fmt.Errorf("checkpoint %d of volume %s: %w", ck.LSN, v.name, err)
 	}
-	v.failpoint("checkpoint-put")
+	v.failpoint(failpoint.CheckpointPut)
 	return ck.LSN, v.adoptCheckpoint(key, root, head.LSN)
 }
 

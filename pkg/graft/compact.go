@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
@@ -220,7 +221,7 @@ func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v.failpoint("compaction-committed")
+	v.failpoint(failpoint.CompactionCommitted)
 	if _, err := v.checkpoint(ctx); err != nil {
 		// Readers still find every page (the compaction commit is in the
 		// commits after the checkpoint); the next call checkpoints first.
@@ -282,7 +283,7 @@ func (v *Volume) Prune(ctx context.Context, below uint64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	v.failpoint("prune-committed")
+	v.failpoint(failpoint.PruneCommitted)
 	if _, err := v.checkpoint(ctx); err != nil {
 		return n, fmt.Errorf("prune volume %s: checkpoint after prune commit %d: %w", v.name, c.LSN, err)
 	}

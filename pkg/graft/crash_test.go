@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/graft"
 )
@@ -35,8 +36,8 @@ func crashChild(step, data, remote string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	v.Failpoint = func(at string) {
-		if at == step {
+	v.Failpoint = func(at failpoint.Name) {
+		if at == failpoint.Name(step) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

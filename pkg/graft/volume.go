@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
@@ -27,11 +28,10 @@ import (
 // in leaves fetched on demand) and the commits after it, so its memory is
 // bounded by the checkpoint interval, not by its history.
 type Volume struct {
-	// Failpoint, when set, is called at named steps of a commit
-	// ("segment-written", "segment-uploaded", "commit-put", "head-updated")
-	// and of a checkpoint ("checkpoint-leaves", "checkpoint-put"): crash
+	// Failpoint, when set, is called at the steps of a commit, a
+	// checkpoint and a compaction (package failpoint lists them): crash
 	// tests kill the process there.
-	Failpoint func(step string)
+	Failpoint failpoint.Func
 	// CacheWholeBelow: a remote segment up to this size is fetched whole and
 	// cached locally on first read; larger ones are read with range GETs.
 	CacheWholeBelow int64
@@ -665,7 +665,7 @@ func rangeName(volume string, lo, hi uint64) string {
 	return fmt.Sprintf("%s/commits/%s..%s (%d objects)", volume, lsnName(lo), lsnName(hi), hi-lo+1)
 }
 
-func (v *Volume) failpoint(step string) {
+func (v *Volume) failpoint(step failpoint.Name) {
 	if v.Failpoint != nil {
 		v.Failpoint(step)
 	}
@@ -732,7 +732,7 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 		}
 		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, err)
 	}
-	v.failpoint("commit-put")
+	v.failpoint(failpoint.CommitPut)
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -741,7 +741,7 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 	}
 	v.hint(lsn)
 	v.push(c)
-	v.failpoint("head-updated")
+	v.failpoint(failpoint.HeadUpdated)
 	return c, nil
 }
 
@@ -777,7 +777,7 @@ func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte, sha25
 	go func() {
 		err := v.writeFile(v.localSegment(key), seg)
 		if err == nil {
-			v.failpoint("segment-written")
+			v.failpoint(failpoint.SegmentWritten)
 		}
 		local <- err
 	}()
@@ -793,7 +793,7 @@ func (v *Volume) writeSegment(ctx context.Context, key string, seg []byte, sha25
 	if upErr != nil {
 		return fmt.Errorf("upload segment %s: %w", key, upErr)
 	}
-	v.failpoint("segment-uploaded")
+	v.failpoint(failpoint.SegmentUploaded)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 )
 
 // History is a PayloadSource that can also list what it holds: an archive.
@@ -281,7 +282,7 @@ func (r *run) catchUpBatch(ctx context.Context, h History, head string, g gap) (
 	if err := r.c.io.setGapHead(wctx, next.String()); err != nil {
 		return false, err
 	}
-	r.c.failpoint("after-checkpoint")
+	r.c.failpoint(failpoint.AfterCheckpoint)
 	return next.attempts == 0, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/failpoint"
 )
 
 // Consumer runs one short-lived worker over a consumer group: it drains its
@@ -36,10 +38,9 @@ type Consumer struct {
 	// take their deltas from it). It must return quickly.
 	Progress func(sum Summary, batch int)
 
-	// Failpoint, when set, is called at named points of each batch
-	// ("after-read", "mid-batch", "after-handle", "after-ack"): crash tests
-	// use it to kill the process exactly there.
-	Failpoint func(name string)
+	// Failpoint, when set, is called at the points of each batch (package
+	// failpoint lists them): crash tests kill the process exactly there.
+	Failpoint failpoint.Func
 
 	log   *Log
 	dead  *Log
@@ -160,7 +161,7 @@ func (c *Consumer) ForgetStale(ctx context.Context) (int64, error) {
 	return int64(len(removed)), err
 }
 
-func (c *Consumer) failpoint(name string) {
+func (c *Consumer) failpoint(name failpoint.Name) {
 	if c.Failpoint != nil {
 		c.Failpoint(name)
 	}

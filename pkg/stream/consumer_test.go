@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -574,8 +575,8 @@ func TestConsumer_AdaptiveReadSize(t *testing.T) {
 			c.Count, c.MinIdle = tc.count, tc.minIdle
 			var batches []int // deliveries after each read (beats and the PEL drain read nothing here)
 			n := 0
-			c.Failpoint = func(name string) {
-				if name == "after-read" {
+			c.Failpoint = func(name failpoint.Name) {
+				if name == failpoint.AfterRead {
 					batches = append(batches, 0)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 )
 
 // fate is what becomes of one delivery.
@@ -82,12 +83,12 @@ func (r *run) process(ctx context.Context, jobs []*job, readAt time.Time) error 
 		return err
 	}
 	xerr := r.execute(ctx, jobs, readAt)
-	r.c.failpoint("after-handle")
+	r.c.failpoint(failpoint.AfterHandle)
 	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
 	r.keepStarts(wctx, jobs)
 	err := r.settle(wctx, jobs)
-	r.c.failpoint("after-ack")
+	r.c.failpoint(failpoint.AfterAck)
 	if xerr != nil {
 		return xerr
 	}
@@ -102,7 +103,7 @@ func (r *run) before(ctx context.Context, jobs []*job) error {
 	if negativeAck {
 		r.ackEarly(wctx, jobs)
 	}
-	r.c.failpoint("after-read")
+	r.c.failpoint(failpoint.AfterRead)
 	r.prepare(wctx, jobs)
 	return r.dedupe(wctx, jobs)
 }
@@ -351,7 +352,7 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 		}
 		cancel()
 	}
-	r.c.failpoint("mid-batch")
+	r.c.failpoint(failpoint.MidBatch)
 	j.finished.Store(true)
 	if j.err == nil && j.inPEL {
 		early.add(ctx, j)
