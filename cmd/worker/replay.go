@@ -67,7 +67,7 @@ func replayAction(c *cli.Context) error {
 		return err
 	}
 	defer sess.Close()
-	rdb, l := sess.Redis, sess.Log
+	l := sess.Log
 	from, to, err := replayBounds(c, l.Kind()) // branded bounds are checked against the stream's kind
 	if err != nil {
 		return err
@@ -77,7 +77,7 @@ func replayAction(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("restart") {
-		if err := rdb.Del(c.Context, t.Keyspace.Replay(t.Stream, name)).Err(); err != nil {
+		if err := l.ForgetReplay(c.Context, name); err != nil {
 			return err
 		}
 	}
@@ -90,7 +90,7 @@ func replayAction(c *cli.Context) error {
 	m := newWorkerMetrics(tel, t.Keyspace.Queue, t.Stream, group)
 	tagged := m.wrap(func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) })
 	started := time.Now()
-	res, runErr := archive.Replay(c.Context, rdb, l, read, name, from, to, tagged)
+	res, runErr := archive.Replay(c.Context, l, read, name, from, to, tagged)
 	m.endReplay(res, runErr, time.Since(started))
 	line, _ := json.Marshal(res)
 	out := summaryWriter(c)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"iter"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -43,24 +41,15 @@ type ReplayResult struct {
 // name after each success so that a rerun (after a crash or a handler
 // failure) resumes just after it. A handler error stops the replay with the
 // checkpoint at the entry before. Malformed entries are skipped and counted.
-func Replay(ctx context.Context, rdb redis.Cmdable, l *stream.Log, read Source, name string, from, to brand.StreamID, h stream.Handler) (ReplayResult, error) {
+func Replay(ctx context.Context, l *stream.Log, read Source, name string, from, to brand.StreamID, h stream.Handler) (ReplayResult, error) {
 	res := ReplayResult{Name: name}
-	if err := stream.ValidateName("replay", name); err != nil {
+	last, ok, err := l.ReplayCheckpoint(ctx, name)
+	if err != nil {
 		return res, err
 	}
-	key := l.Keyspace().Replay(l.Name(), name)
-	last, err := rdb.Get(ctx, key).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-	case err != nil:
-		return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
-	default:
-		sid, err := brand.ParseStreamID(last)
-		if err != nil {
-			return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
-		}
-		res.Checkpoint = last
-		if next, ok := sid.Next(); ok && next.Compare(from) > 0 {
+	if ok {
+		res.Checkpoint = last.String()
+		if next, ok := last.Next(); ok && next.Compare(from) > 0 {
 			from = next
 		}
 	}
@@ -77,8 +66,8 @@ func Replay(ctx context.Context, rdb redis.Cmdable, l *stream.Log, read Source, 
 		if err := callSafely(ctx, h, d); err != nil {
 			return res, fmt.Errorf("replay %s: entry %s: %w (rerun to resume here)", name, it.ID, err)
 		}
-		if err := rdb.Set(ctx, key, it.StreamID.String(), 0).Err(); err != nil {
-			return res, fmt.Errorf("replay checkpoint %s: %w", key, err)
+		if err := l.SetReplayCheckpoint(ctx, name, it.StreamID); err != nil {
+			return res, err
 		}
 		res.Replayed++
 		res.Checkpoint = it.StreamID.String()

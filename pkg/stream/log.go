@@ -62,6 +62,8 @@ type Client interface {
 	XTrimMinID(ctx context.Context, key string, minID string) *redis.IntCmd
 	XTrimMinIDApprox(ctx context.Context, key string, minID string, limit int64) *redis.IntCmd
 
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
@@ -233,3 +235,49 @@ func isBehind(err error) bool {
 
 // catchUp advances the minter past the stream top after XADD refused an id.
 func (l *Log) catchUp(ctx context.Context) error { return l.catchUpWith(ctx, l.rdb) }
+
+// ReplayCheckpoint returns the last stream id a named replay of the stream
+// handled (ok false when it never handled one).
+func (l *Log) ReplayCheckpoint(ctx context.Context, name string) (sid brand.StreamID, ok bool, err error) {
+	if err := ValidateName("replay", name); err != nil {
+		return sid, false, err
+	}
+	key := l.ks.Replay(l.name, name)
+	last, err := l.rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return sid, false, nil
+	case err != nil:
+		return sid, false, fmt.Errorf("replay checkpoint %s: %w", key, err)
+	}
+	if sid, err = brand.ParseStreamID(last); err != nil {
+		return sid, false, fmt.Errorf("replay checkpoint %s: %w", key, err)
+	}
+	return sid, true, nil
+}
+
+// SetReplayCheckpoint records sid as the last stream id a named replay of
+// the stream handled.
+func (l *Log) SetReplayCheckpoint(ctx context.Context, name string, sid brand.StreamID) error {
+	if err := ValidateName("replay", name); err != nil {
+		return err
+	}
+	key := l.ks.Replay(l.name, name)
+	if err := l.rdb.Set(ctx, key, sid.String(), 0).Err(); err != nil {
+		return fmt.Errorf("replay checkpoint %s: %w", key, err)
+	}
+	return nil
+}
+
+// ForgetReplay removes a named replay's checkpoint: its next run starts at
+// the beginning of its range.
+func (l *Log) ForgetReplay(ctx context.Context, name string) error {
+	if err := ValidateName("replay", name); err != nil {
+		return err
+	}
+	key := l.ks.Replay(l.name, name)
+	if err := l.rdb.Del(ctx, key).Err(); err != nil {
+		return fmt.Errorf("forget replay checkpoint %s: %w", key, err)
+	}
+	return nil
+}

@@ -330,3 +330,32 @@ func TestLog_ConcurrentWritersKeepChunksWhole(t *testing.T) {
 		}
 	}
 }
+
+// A named replay's checkpoint: absent, set, read back, forgotten; a bad
+// name is refused before Redis is asked.
+func TestLog_ReplayCheckpoint(t *testing.T) {
+	l, _ := newLog(t)
+	ctx := context.Background()
+	if _, ok, err := l.ReplayCheckpoint(ctx, "audit"); ok || err != nil {
+		t.Fatalf("fresh checkpoint: %v %v", ok, err)
+	}
+	sid := brand.StreamID{MS: 1731000000000, Seq: 10}
+	if err := l.SetReplayCheckpoint(ctx, "audit", sid); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := l.ReplayCheckpoint(ctx, "audit"); !ok || err != nil || got != sid {
+		t.Fatalf("checkpoint = %v %v %v, want %v", got, ok, err, sid)
+	}
+	if _, ok, _ := l.ReplayCheckpoint(ctx, "other"); ok {
+		t.Fatal("another replay's name sees the checkpoint")
+	}
+	if err := l.ForgetReplay(ctx, "audit"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.ReplayCheckpoint(ctx, "audit"); ok || err != nil {
+		t.Fatalf("forgotten checkpoint: %v %v", ok, err)
+	}
+	if err := l.SetReplayCheckpoint(ctx, "a:b", sid); !errors.Is(err, stream.ErrBadName) {
+		t.Fatalf("bad replay name: %v", err)
+	}
+}
