@@ -77,8 +77,8 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		if err := chained(key, c, start+uint64(i)+1, cv.prev); err != nil {
-			return rep, err
+		if err := checkLink(v.name, c, start+uint64(i)+1, cv.prev); err != nil {
+			return rep, fmt.Errorf("%s: %w", key, err)
 		}
 		if err := cv.add(key, c); err != nil {
 			return rep, err
@@ -333,8 +333,8 @@ func (v *Volume) VerifyLocal(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		if err := chained(path, lc, c.LSN, prev); err != nil {
-			return rep, err
+		if err := checkLink(v.name, lc, c.LSN, prev); err != nil {
+			return rep, fmt.Errorf("%s: %w", path, err)
 		}
 		prev = lc.Hash()
 		rep.Commits++
@@ -356,16 +356,6 @@ func (v *Volume) VerifyLocal(ctx context.Context) (VerifyReport, error) {
 		rep.Segments, rep.Pages, rep.Bytes = rep.Segments+1, rep.Pages+int64(c.Pages), rep.Bytes+int64(len(seg))
 	}
 	return rep, nil
-}
-
-func chained(name string, c *Commit, lsn uint64, prev string) error {
-	switch {
-	case c.LSN != lsn:
-		return fmt.Errorf("commit %s: %w: LSN %d where %d was expected", name, ErrCorrupt, c.LSN, lsn)
-	case c.Prev != prev:
-		return fmt.Errorf("commit %s: %w: hash chain broken (prev %.12s, want %.12s)", name, ErrCorrupt, c.Prev, prev)
-	}
-	return nil
 }
 
 // checkAgainst verifies a segment's bytes and that its pages are exactly the
@@ -419,8 +409,8 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		if err := chained(key, c, uint64(i)+1, cv.prev); err != nil {
-			return rep, err
+		if err := checkLink(v.name, c, uint64(i)+1, cv.prev); err != nil {
+			return rep, fmt.Errorf("%s: %w", key, err)
 		}
 		if err := cv.add(key, c); err != nil {
 			return rep, err

@@ -362,18 +362,27 @@ func (v *Volume) sameHistory(ctx context.Context) error {
 	return nil
 }
 
-// link appends c to the chain after checking its LSN and prev hash.
+// link appends c to the chain after checking that it is the next link.
 func (v *Volume) link(c *Commit) error {
-	want := v.headLSN() + 1
-	switch prev := v.headHash(); {
-	case c.LSN != want:
-		return fmt.Errorf("volume %s: commit %d where %d was expected: %w", v.name, c.LSN, want, ErrCorrupt)
-	case c.Prev != prev:
-		return fmt.Errorf("volume %s: commit %d does not chain to commit %d (prev %.12s, want %.12s): %w", v.name, c.LSN, want-1, c.Prev, prev, ErrCorrupt)
-	case c.Volume != v.name:
-		return fmt.Errorf("volume %s: commit %d belongs to volume %q: %w", v.name, c.LSN, c.Volume, ErrCorrupt)
+	if err := checkLink(v.name, c, v.headLSN()+1, v.headHash()); err != nil {
+		return err
 	}
 	v.push(c)
+	return nil
+}
+
+// checkLink is the one rule of the hash chain, which opening, refreshing
+// and verify all apply: c is commit lsn of volume, and names the hash of
+// the commit before it (prev).
+func checkLink(volume string, c *Commit, lsn uint64, prev string) error {
+	switch {
+	case c.LSN != lsn:
+		return fmt.Errorf("volume %s: commit %d where %d was expected: %w", volume, c.LSN, lsn, ErrCorrupt)
+	case c.Prev != prev:
+		return fmt.Errorf("volume %s: commit %d does not chain to commit %d (prev %.12s, want %.12s): %w", volume, c.LSN, lsn-1, c.Prev, prev, ErrCorrupt)
+	case c.Volume != volume:
+		return fmt.Errorf("volume %s: commit %d belongs to volume %q: %w", volume, c.LSN, c.Volume, ErrCorrupt)
+	}
 	return nil
 }
 
