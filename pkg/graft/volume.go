@@ -69,10 +69,10 @@ type Options struct {
 
 // Open opens volume name with local files under dataDir and the remote in
 // store, then refreshes from the remote: the remote's latest commit is the
-// truth. The name must be a valid fence key segment. keepMeta, if given,
-// sets KeepMeta.
-func Open(ctx context.Context, dataDir, name string, store fence.Store, keepMeta ...string) (*Volume, error) {
-	return OpenWith(ctx, dataDir, name, store, Options{KeepMeta: keepMeta})
+// truth. The name must be a valid fence key segment. OpenWith takes
+// Options.
+func Open(ctx context.Context, dataDir, name string, store fence.Store) (*Volume, error) {
+	return OpenWith(ctx, dataDir, name, store, Options{})
 }
 
 // OpenWith is Open with options.

@@ -14,7 +14,7 @@ import (
 )
 
 // groupIO is everything a consumer run says to Redis about its group: the
-// loop (run.go, handle.go, catchup.go, inflight.go) decides, groupIO reads
+// loop (loop.go, handle.go, catchup.go, inflight.go) decides, groupIO reads
 // and writes, and nothing else in the loop touches go-redis. Each method is
 // one round trip; errors name the key. redisGroup is the implementation;
 // the loop's decisions are also tested against a fake (groupio_fake_test.go).
