@@ -97,7 +97,7 @@ func checkedRuns() int {
 // silt runs one of the binaries and returns stdout; it fails the test on a non-zero exit.
 func silt(t *testing.T, stdin string, env []string, bin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a hang, not a slow run on a loaded machine under -race
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, bin), args...)
 	cmd.Env = append(os.Environ(), env...)

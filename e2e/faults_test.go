@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,9 +25,27 @@ import (
 type looper struct {
 	runs, failures int
 	lostRaces      int64
+	mu             sync.Mutex // guards lastErr while the loop runs
 	lastErr        string
 	stop           chan struct{}
 	done           chan struct{}
+}
+
+// lastError is the stderr of the loop's last failed run so far.
+func (l *looper) lastError() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+// waitFor polls cond until it holds, or fails the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %s", what, limit)
+		}
+	}
 }
 
 func loop(t *testing.T, env []string, bin string, args ...string) *looper {
@@ -51,7 +70,9 @@ func loop(t *testing.T, env []string, bin string, args ...string) *looper {
 			l.runs++
 			if err != nil {
 				l.failures++
+				l.mu.Lock()
 				l.lastErr = errOut.String()
+				l.mu.Unlock()
 				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Contains(errOut.String(), "panic") {
 					t.Errorf("%s %v: %v\n%s", bin, args, err, errOut.String())
 				}
@@ -120,11 +141,25 @@ func TestFaults_RedisRestart(t *testing.T) {
 			w2 := loop(t, env, "worker", workerArgs("w2", rec)...)
 			ar := loop(t, env, "archiver", archiverArgs...)
 			restarts := tier(3, 15)
-			for range restarts {
+			for i := range restarts {
 				time.Sleep(800 * time.Millisecond)
+				if !tc.durable && i == restarts-1 {
+					// The refusal checked below needs a commit made before
+					// Redis comes back empty; a loaded machine's archiver
+					// may not have made one yet.
+					waitFor(t, time.Minute, "archive commit before the last restart", func() bool {
+						m, _ := filepath.Glob(filepath.Join(dir, "remote", "*", "commits", "*"))
+						return len(m) > 0
+					})
+				}
 				srv.Restart(t)
 			}
 			time.Sleep(800 * time.Millisecond)
+			if !tc.durable {
+				waitFor(t, time.Minute, "refusal by the archiver of the emptied Redis's remote", func() bool {
+					return strings.Contains(ar.lastError(), "not proven to be this stream's")
+				})
+			}
 			h := p.history()
 			runs := w1.finish().runs + w2.finish().runs + ar.finish().runs
 			failures := w1.failures + w2.failures + ar.failures

@@ -65,7 +65,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		return res, err
 	}
 	// A crash between commit and trim leaves archived entries live: trim them.
-	if err := a.trim(ctx, st, &res); err != nil {
+	if _, err := a.trim(ctx, st, &res); err != nil {
 		return res, err
 	}
 	// One run archives up to the stream's top as it is now; what producers
@@ -82,8 +82,18 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if _, err := a.vol.Checkpoint(ctx, false); err != nil {
 		return res, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
+	// The next slice is read and encoded while this one uploads and
+	// commits: a fold (Redis reads, encoding) overlaps a commit (hashing
+	// and the remote's round trips). A trim runs after its commit and
+	// before the next fold starts, so a fold never counts live entries
+	// while a trim removes them. Under KeepLast, a slice carries the count
+	// of live entries at or below its watermark (folded.live) to the fold
+	// after it, which would otherwise read them all again: each fold adds
+	// its entries, each trim takes off what it removed. The count can only
+	// be high (an entry deleted by someone else), which archives less,
+	// never more, than KeepLast allows.
+	f, err := a.fold(ctx, p, st, top, -1)
 	for ctx.Err() == nil {
-		f, err := a.fold(ctx, p, st, top)
 		if err != nil {
 			return res, err
 		}
@@ -93,16 +103,33 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 			}
 			return res, a.prune(ctx, &res)
 		}
+		ahead := make(chan folded, 1)
+		go func(after state, live int64) {
+			nf, err := a.fold(ctx, p, after, top, live)
+			nf.err = err
+			ahead <- nf
+		}(f.next, f.live)
 		next, err := a.commit(ctx, st, f, &res)
+		nf := <-ahead // no fold outlives its run
 		if err != nil {
 			return res, err
 		}
+		won := next == f.next
 		st = next
-		if err := a.trim(ctx, st, &res); err != nil {
+		trimmed, err := a.trim(ctx, st, &res)
+		if err != nil {
 			return res, err
 		}
 		if progress != nil {
 			progress(res)
+		}
+		if !won { // the slice folded ahead assumed our commit: fold after the winner's
+			f, err = a.fold(ctx, p, st, top, -1)
+			continue
+		}
+		f, err = nf, nf.err
+		if f.live >= 0 {
+			f.live = max(f.live-trimmed, 0)
 		}
 	}
 	return res, ctx.Err()
@@ -187,6 +214,8 @@ type folded struct {
 	first brand.StreamID // the stream id of pages[0]
 	next  state          // the state once committed
 	bytes int64          // record bytes
+	live  int64          // live entries at or below next.W when folded (-1: not counted)
+	err   error          // of a fold run ahead
 
 	arena []byte   // the block the next record pages are cut from
 	keys  []string // scratch for appendRecord
@@ -197,8 +226,14 @@ type folded struct {
 const arenaBlock = 256 << 10
 
 // fold reads and encodes the next slice. No pages means nothing to archive.
-func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.StreamID) (folded, error) {
-	f := folded{next: st}
+// live is the number of live entries at or below st.W (-1: not known).
+func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.StreamID, live int64) (f folded, err error) {
+	f = folded{next: st, live: -1}
+	defer func() { // the slice's entries are live at or below its watermark too
+		if f.live >= 0 {
+			f.live += int64(len(f.pages))
+		}
+	}()
 	from, ok := st.W.Next()
 	if !ok {
 		return f, nil
@@ -211,11 +246,11 @@ func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.Stream
 	}
 	count := a.SliceEntries
 	if p.KeepLast > 0 {
-		n, err := a.archivable(ctx, st, p.KeepLast)
+		n, below, err := a.archivable(ctx, st, p.KeepLast, live)
 		if err != nil {
 			return f, err
 		}
-		count = min(count, n)
+		count, f.live = min(count, n), below
 	}
 	f.pages = make([]graft.Page, 0, min(max(count, 0), 1<<14))
 	var payload int64 // field bytes, against SliceBytes
@@ -275,21 +310,24 @@ func (f *folded) add(a *Archive, e stream.RawEntry, size int64) error {
 }
 
 // archivable counts how many entries after W may go while keeping the
-// newest keep live: XLEN minus keep minus what is still live at or below W.
-func (a *Archive) archivable(ctx context.Context, st state, keep int64) (int64, error) {
+// newest keep live: XLEN minus keep minus what is still live at or below W
+// (below, counted with XRANGE unless given).
+func (a *Archive) archivable(ctx context.Context, st state, keep, below int64) (n, live int64, err error) {
 	info, err := a.log.Info(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var below int64
-	if !st.W.IsZero() {
-		left, err := a.log.ReadRaw(ctx, stream.First, st.W, info.Length+1)
-		if err != nil {
-			return 0, err
+	if below < 0 {
+		below = 0
+		if !st.W.IsZero() {
+			left, err := a.log.ReadRaw(ctx, stream.First, st.W, info.Length+1)
+			if err != nil {
+				return 0, 0, err
+			}
+			below = int64(len(left))
 		}
-		below = int64(len(left))
 	}
-	return info.Length - below - keep, nil
+	return info.Length - below - keep, below, nil
 }
 
 // commit commits a folded slice. A lost race returns the winner's state
@@ -318,13 +356,14 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 	return f.next, nil
 }
 
-// trim removes live entries at or below the committed watermark, never above.
-func (a *Archive) trim(ctx context.Context, st state, res *Result) error {
+// trim removes live entries at or below the committed watermark, never
+// above, and returns how many it removed.
+func (a *Archive) trim(ctx context.Context, st state, res *Result) (int64, error) {
 	if st.W.IsZero() {
-		return nil
+		return 0, nil
 	}
 	if err := a.provenTrim(ctx, st.W); err != nil {
-		return err
+		return 0, err
 	}
 	min, _ := st.W.Next()
 	if negativeTrim {
@@ -332,11 +371,11 @@ func (a *Archive) trim(ctx context.Context, st state, res *Result) error {
 	}
 	n, err := a.log.TrimMinID(ctx, min, a.Exact)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	res.Trimmed += n
 	res.W = st.W.String()
 	res.LSN = a.vol.Head()
 	a.failpoint(failpoint.AfterTrim)
-	return nil
+	return n, nil
 }
