@@ -126,10 +126,10 @@ func ParsePrefix(c *cli.Context) (Target, error) {
 	}
 	var kind brand.Kind
 	if s := c.String(FlagKind); s != "" {
-		if _, err := brand.ParseKind(s); err != nil && !errors.Is(err, brand.ErrUnknownKind) {
+		if _, err := brand.ParseKind(s); err != nil {
 			return Target{}, Usagef("--kind", "%v", err)
 		}
-		kind = brand.Kind(s) // an unknown kind is judged against the stream (ResolveKind)
+		kind = brand.Kind(s) // a kind not built in is judged against the stream (ResolveKind)
 	}
 	return Target{Keyspace: ks, Kind: kind}, nil
 }
@@ -153,10 +153,8 @@ func ResolveKind(ctx context.Context, rdb stream.Client, t Target, name string, 
 		return recorded, nil
 	case given == "":
 		return brand.EVT, nil
-	case given.Registered():
+	case given.BuiltIn(), newKind:
 		return given, nil
-	case newKind:
-		return brand.RegisterKind(string(given))
 	}
 	return "", Usagef("--kind", "%s is not a built-in kind and stream %s does not hold it; to start a stream of a new kind, append with --kind %s --new-kind",
 		given, name, given)

@@ -6,21 +6,18 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
 // ErrInvalid is wrapped by every parse error of this package; match it with errors.Is.
 var ErrInvalid = errors.New("invalid id")
 
-// ErrUnknownKind is wrapped when a well-formed kind has not been registered.
-var ErrUnknownKind = errors.New("unknown kind")
 
 // ParseError reports why an input is not a branded id or a stream id.
 type ParseError struct {
 	Input  string // the rejected input, as given
 	Reason string // what is wrong with it
-	Err    error  // ErrInvalid or ErrUnknownKind
+	Err    error  // ErrInvalid
 }
 
 func (e *ParseError) Error() string {
@@ -37,7 +34,7 @@ func invalid(input, format string, args ...any) error {
 // Kind is the three-letter upper-case type of a branded id, such as EVT.
 type Kind string
 
-// The built-in kinds. Others can be added with RegisterKind.
+// The built-in kinds. Any other three upper-case letters are a kind too.
 const (
 	USR Kind = "USR" // users
 	RMM Kind = "RMM" // rooms
@@ -47,39 +44,29 @@ const (
 	EVT Kind = "EVT" // events
 )
 
-var registry = struct {
-	sync.RWMutex
-	kinds map[Kind]bool
-}{kinds: map[Kind]bool{USR: true, RMM: true, RND: true, JOB: true, GES: true, EVT: true}}
+// builtIn are the kinds silt knows by name.
+var builtIn = [...]Kind{USR, RMM, RND, JOB, GES, EVT}
 
-// RegisterKind adds a user kind. Registering a kind twice is not an error.
-func RegisterKind(s string) (Kind, error) {
-	if err := checkKindSyntax(s); err != nil {
-		return "", err
-	}
-	registry.Lock()
-	defer registry.Unlock()
-	registry.kinds[Kind(s)] = true
-	return Kind(s), nil
-}
-
-// ParseKind returns s as a Kind if it is well formed and registered.
+// ParseKind returns s as a Kind if it is well formed: three upper-case
+// letters. Any such kind is a kind; which ones a stream may hold is the
+// stream's business (pkg/stream records each stream's kind), not a
+// process-wide list's.
 func ParseKind(s string) (Kind, error) {
 	if err := checkKindSyntax(s); err != nil {
 		return "", err
 	}
-	k := Kind(s)
-	if !k.Registered() {
-		return "", &ParseError{Input: s, Reason: "kind is not registered", Err: ErrUnknownKind}
-	}
-	return k, nil
+	return Kind(s), nil
 }
 
-// Registered reports whether k is a built-in or registered kind.
-func (k Kind) Registered() bool {
-	registry.RLock()
-	defer registry.RUnlock()
-	return registry.kinds[k]
+// BuiltIn reports whether k is one of the built-in kinds (USR RMM RND JOB
+// GES EVT): the CLI asks for --new-kind before starting a stream of another.
+func (k Kind) BuiltIn() bool {
+	for _, b := range builtIn {
+		if k == b {
+			return true
+		}
+	}
+	return false
 }
 
 func checkKindSyntax(s string) error {

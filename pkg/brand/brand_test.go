@@ -76,7 +76,6 @@ func TestParse_Errors(t *testing.T) {
 		{"long", good + "0", "length"},
 		{"lower-case kind", "evt" + good[3:], "upper-case letters"},
 		{"digit in kind", "EV1" + good[3:], "upper-case letters"},
-		{"unknown kind", "ZZZ" + good[3:], "not registered"},
 		{"no underscore", "EVT-" + good[4:], "'_'"},
 		{"lower-case body", strings.ToLower(good[:4]) + strings.ToLower(good[4:]), "upper-case"},
 		{"letter I", good[:10] + "I" + good[11:], "Crockford"},
@@ -100,26 +99,20 @@ func TestParse_Errors(t *testing.T) {
 	}
 }
 
-func TestParse_UnknownKindIsDistinct(t *testing.T) {
-	// The registry is process-wide: find a kind no earlier run registered.
-	kind := ""
-	for c := 'A'; c <= 'Z' && kind == ""; c++ {
-		if k := "Q" + string(c) + "Q"; !brand.Kind(k).Registered() {
-			kind = k
+// Any three upper-case letters are a kind: no process-wide list decides
+// (a stream records its own kind, package stream).
+func TestParse_AnyWellFormedKind(t *testing.T) {
+	id, err := brand.Parse("QZQ_00000000000000000000001")
+	if err != nil || id.Kind != "QZQ" || id.Kind.BuiltIn() {
+		t.Fatalf("Parse of a kind not built in = %+v, %v", id, err)
+	}
+	if !brand.EVT.BuiltIn() {
+		t.Fatal("EVT is not built in")
+	}
+	for _, bad := range []string{"Qq1", "QQ", "QQQQ", "qqq"} {
+		if _, err := brand.ParseKind(bad); !errors.Is(err, brand.ErrInvalid) {
+			t.Errorf("ParseKind(%q) = %v, want ErrInvalid", bad, err)
 		}
-	}
-	id := kind + "_00000000000000000000001"
-	if _, err := brand.Parse(id); !errors.Is(err, brand.ErrUnknownKind) {
-		t.Fatalf("err = %v, want ErrUnknownKind", err)
-	}
-	if _, err := brand.RegisterKind(kind); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := brand.Parse(id); err != nil {
-		t.Fatalf("after RegisterKind: %v", err)
-	}
-	if _, err := brand.RegisterKind("Qq1"); !errors.Is(err, brand.ErrInvalid) {
-		t.Fatalf("RegisterKind(Qq1) = %v, want ErrInvalid", err)
 	}
 }
 
@@ -257,7 +250,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := brand.Parse(s)
 		if err != nil {
-			if !errors.Is(err, brand.ErrInvalid) && !errors.Is(err, brand.ErrUnknownKind) {
+			if !errors.Is(err, brand.ErrInvalid) {
 				t.Fatalf("Parse(%q) error %v has no sentinel", s, err)
 			}
 			return

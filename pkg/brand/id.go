@@ -25,7 +25,7 @@ type ID struct {
 }
 
 // New returns the branded id of kind for a stream id. It fails when the kind is
-// malformed or unregistered, or the milliseconds exceed MaxMS.
+// malformed or the milliseconds exceed MaxMS.
 func New(kind Kind, sid StreamID) (ID, error) {
 	if _, err := ParseKind(string(kind)); err != nil {
 		return ID{}, err
@@ -87,7 +87,7 @@ func (id ID) Compare(o ID) int {
 	return id.StreamID.Compare(o.StreamID)
 }
 
-// Parse parses a branded id strictly: exact length, an upper-case registered
+// Parse parses a branded id strictly: exact length, an upper-case
 // kind, an underscore, and 23 upper-case Crockford digits in range.
 func Parse(s string) (ID, error) {
 	if len(s) != Len {
@@ -96,9 +96,6 @@ func Parse(s string) (ID, error) {
 	kind := Kind(s[:KindLen])
 	if checkKindSyntax(string(kind)) != nil {
 		return ID{}, invalid(s, "kind %q must be %d upper-case letters", kind, KindLen)
-	}
-	if !kind.Registered() {
-		return ID{}, &ParseError{Input: s, Reason: "kind " + string(kind) + " is not registered", Err: ErrUnknownKind}
 	}
 	if s[KindLen] != '_' {
 		return ID{}, invalid(s, "want '_' after the kind")

@@ -19,7 +19,7 @@ type Minter struct {
 	last StreamID
 }
 
-// NewMinter returns a minter of kind, which must be registered.
+// NewMinter returns a minter of kind, which must be well formed.
 func NewMinter(kind Kind) (*Minter, error) {
 	if _, err := ParseKind(string(kind)); err != nil {
 		return nil, err

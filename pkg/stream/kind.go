@@ -40,9 +40,7 @@ return k
 // StreamKind returns the kind of ids stream name of ks holds: the kind
 // recorded at its first append or, for a stream appended to before kinds
 // were recorded, the kind of its first entry. ok is false when the stream
-// has neither (it is new, or empty and never recorded). A kind read from
-// Redis that this process does not know is registered (brand.RegisterKind):
-// the stream's first append chose it.
+// has neither (it is new, or empty and never recorded).
 func StreamKind(ctx context.Context, rdb Client, ks Keyspace, name string) (kind brand.Kind, ok bool, err error) {
 	if err := ValidateName("stream", name); err != nil {
 		return "", false, err
@@ -60,9 +58,7 @@ func runKindScript(ctx context.Context, rdb Client, ks Keyspace, name string, fa
 	}
 	k, err := brand.ParseKind(s)
 	if err != nil {
-		if k, err = brand.RegisterKind(s); err != nil {
-			return "", false, fmt.Errorf("%s records kind %q for stream %s: %w", ks.Kinds(), s, name, err)
-		}
+		return "", false, fmt.Errorf("%s records kind %q for stream %s: %w", ks.Kinds(), s, name, err)
 	}
 	return k, true, nil
 }
