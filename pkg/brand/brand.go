@@ -12,7 +12,6 @@ import (
 // ErrInvalid is wrapped by every parse error of this package; match it with errors.Is.
 var ErrInvalid = errors.New("invalid id")
 
-
 // ParseError reports why an input is not a branded id or a stream id.
 type ParseError struct {
 	Input  string // the rejected input, as given
