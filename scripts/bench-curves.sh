@@ -19,7 +19,7 @@ export SILT_SERVERS_DIR
 work=$(mktemp -d)
 trap 'scripts/servers.sh stop; rm -rf "$work"' EXIT
 eval "$(scripts/servers.sh start redis)"
-export SILT_REDIS_URL=$SILT_REDIS_URL SILT_QUEUE=curves
+export SILT_QUEUE=curves
 go build -o "$work/bin/" ./cmd/worker ./cmd/archiver
 bin=$work/bin
 

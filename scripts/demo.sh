@@ -13,7 +13,6 @@ if [ -z "${SILT_REDIS_URL:-}" ]; then
 	export SILT_SERVERS_DIR
 	trap 'scripts/servers.sh stop' EXIT
 	eval "$(scripts/servers.sh start redis)"
-	export SILT_REDIS_URL=$SILT_REDIS_URL
 fi
 data=$(mktemp -d)
 export SILT_QUEUE=${SILT_QUEUE:-demo} SILT_STREAM=${SILT_STREAM:-events} SILT_GROUP=${SILT_GROUP:-audit}
