@@ -19,16 +19,17 @@ import (
 // errors injected where a test asks. It lets the loop's decisions be tested
 // without Redis (what Redis itself does is tested against redis-server).
 type fakeGroup struct {
-	mu        sync.Mutex
-	entries   []redis.XMessage
-	delivered int              // entries[:delivered] were read by the group
-	pel       map[string]int64 // pending id -> deliveries
-	starts    map[string]int64
-	window    string // this consumer's window of first starts, "lo hi"
-	dead      []Fields
-	acks      [][]string // every ack call's ids
-	ackErr    error      // every ack fails with it
-	startErr  error      // every start record fails with it
+	mu         sync.Mutex
+	entries    []redis.XMessage
+	delivered  int              // entries[:delivered] were read by the group
+	pel        map[string]int64 // pending id -> deliveries
+	starts     map[string]int64
+	window     string // this consumer's window of first starts, "lo hi"
+	dead       []Fields
+	acks       [][]string // every ack call's ids
+	ackErr     error      // every ack fails with it
+	startErr   error      // every start record fails with it
+	firstSteps int        // steps of first starts recorded with a read ahead
 }
 
 var _ groupIO = (*fakeGroup)(nil)
@@ -70,7 +71,13 @@ func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([
 	return out, nil
 }
 
-func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet) ([]redis.XMessage, error, error) {
+func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet, first *firstStarts) ([]redis.XMessage, error, error) {
+	if first != nil {
+		g.mu.Lock()
+		g.firstSteps++
+		g.mu.Unlock()
+		first.err = g.recordWindow(ctx, first.lo, first.hi)
+	}
 	if len(acks.ids) > 0 {
 		if err := g.ack(ctx, acks); err != nil {
 			return nil, err, nil
@@ -86,7 +93,7 @@ func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, a
 }
 
 func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
-	msgs, _, err := g.readNew(ctx, -1, count, ackSet{})
+	msgs, _, err := g.readNew(ctx, -1, count, ackSet{}, nil)
 	return msgs, err
 }
 
@@ -202,14 +209,28 @@ func TestLoop_FailedAckFailsTheRun(t *testing.T) {
 	}
 }
 
-// No handler starts without its start recorded.
+// No handler starts without its start recorded, whether the first step of
+// starts is written alone (after a full batch) or in the round trip of the
+// read ahead (after a short one).
 func TestLoop_NoStartRecordNoHandler(t *testing.T) {
-	g, c := newFakeGroup(t, 3)
-	g.startErr = errors.New("i/o timeout")
-	calls := 0
-	_, err := c.Run(context.Background(), func(context.Context, Delivery) error { calls++; return nil })
-	if err == nil || calls != 0 || len(g.pel) != 3 {
-		t.Fatalf("run: %v, %d handler calls, %d pending", err, calls, len(g.pel))
+	for _, tc := range []struct {
+		name       string
+		count      int64
+		firstSteps int
+	}{{"alone", 3, 0}, {"with the read ahead", 10, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newFakeGroup(t, 3)
+			c.Count = tc.count
+			g.startErr = errors.New("i/o timeout")
+			calls := 0
+			_, err := c.Run(context.Background(), func(context.Context, Delivery) error { calls++; return nil })
+			if err == nil || !strings.Contains(err.Error(), "i/o timeout") || calls != 0 || len(g.pel) != 3 {
+				t.Fatalf("run: %v, %d handler calls, %d pending", err, calls, len(g.pel))
+			}
+			if g.firstSteps != tc.firstSteps {
+				t.Fatalf("%d first steps recorded with a read ahead, want %d", g.firstSteps, tc.firstSteps)
+			}
+		})
 	}
 }
 

@@ -292,7 +292,9 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	})
 	defer stop()
 
-	st := r.newStarts(runnable)
+	first := r.first
+	r.first = nil
+	st := r.newStarts(runnable, first)
 	now := time.Now()
 	early := &earlyAcks{r: r, start: now, last: now}
 	// Workers take jobs by index: no channel operation per delivery.

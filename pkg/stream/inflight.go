@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/pkg/brand"
 )
 
 // Attempts are handler starts, not deliveries. Redis counts a delivery when
@@ -26,7 +28,11 @@ import (
 //     entry) and shrink to one entry once they are slow (over slowStart), or
 //     when MaxAttempts is 1. One O(1) write a step; a kill counts a start
 //     for the unstarted rest of the current step, once in an entry's life
-//     (its next start is recorded alone);
+//     (its next start is recorded alone); when a batch of new entries came
+//     back short (the stream is caught up), its first step is written in
+//     the round trip of the read ahead, in front of it, instead of alone:
+//     a worker that waits on the stream starts its handler one round trip
+//     after the read, not two;
 //   - at settle, a windowed entry left pending (failed, or abandoned while it
 //     ran) gets its own record, since the next batch's window replaces this
 //     one; a run that ends drops its window.
@@ -40,8 +46,9 @@ const (
 
 // starts records the handler starts of one batch (see above).
 type starts struct {
-	r    *run
-	jobs []*job // runnable, in the order they start
+	r     *run
+	jobs  []*job       // runnable, in the order they start
+	first *firstStarts // the batch's first step, recorded with the read ahead
 
 	mu     sync.Mutex
 	next   int       // jobs[:next] are recorded
@@ -51,8 +58,62 @@ type starts struct {
 	err    error     // a failed record: no further handler starts
 }
 
-func (r *run) newStarts(jobs []*job) *starts {
-	return &starts{r: r, jobs: jobs}
+func (r *run) newStarts(jobs []*job, first *firstStarts) *starts {
+	return &starts{r: r, jobs: jobs, first: first}
+}
+
+// firstStarts is the first step of a batch of new entries (lo to hi, all
+// first starts), recorded in the round trip that reads the next batch
+// ahead (prefetch), in front of that read: the batch's first handler waits
+// for one round trip shared with the read instead of a write of its own.
+type firstStarts struct {
+	lo, hi string
+	hiSID  brand.StreamID
+	err    error         // the record's outcome, set before done is closed
+	done   chan struct{} // closed once the round trip is over
+}
+
+// firstStep returns the first step of a batch of new entries, for the read
+// ahead to record: as many entries as the run's window.
+func (r *run) firstStep(msgs []redis.XMessage) *firstStarts {
+	n := min(len(msgs), r.window)
+	if r.c.MaxAttempts <= 1 {
+		n = 1 // see adapt
+	}
+	hi, err := brand.ParseStreamID(msgs[n-1].ID)
+	if err != nil {
+		return nil // jobs reports it
+	}
+	return &firstStarts{lo: msgs[0].ID, hi: msgs[n-1].ID, hiSID: hi, done: make(chan struct{})}
+}
+
+// takeFirst waits for the batch's first step and marks the jobs it covers
+// as started once (or counts them in memory when Redis is full). Called
+// with s.mu held, before the first record.
+func (s *starts) takeFirst() error {
+	f := s.first
+	s.first = nil
+	<-f.done
+	full := isOOM(f.err)
+	switch {
+	case full:
+		s.r.warnOOM(f.err)
+	case f.err != nil:
+		return f.err
+	default:
+		s.lo = f.lo
+	}
+	n := 0
+	for ; n < len(s.jobs) && s.jobs[n].d.StreamID.Compare(f.hiSID) <= 0; n++ {
+		j := s.jobs[n]
+		if full {
+			j.d.Attempts = j.prior + 1
+		} else {
+			j.d.Attempts, j.recorded, j.windowed = 1, true, true
+		}
+	}
+	s.next, s.lastAt, s.lastN = n, time.Now(), n
+	return nil
 }
 
 // record makes sure jobs[i]'s start is recorded before its handler runs,
@@ -60,6 +121,9 @@ func (r *run) newStarts(jobs []*job) *starts {
 func (s *starts) record(ctx context.Context, i int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.first != nil && s.err == nil {
+		s.err = s.takeFirst()
+	}
 	if s.err != nil || i < s.next {
 		return s.err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -116,32 +117,53 @@ const windowsKey = "emq:{cm}:windows:events:billing"
 
 // Attempts count handler starts: while the tenth of 20 slow handlers runs,
 // the consumer's window of first starts reaches the tenth entry and no
-// further (what a kill would leave), though all 20 were read. A clean end
-// leaves no record.
+// further (what a kill would leave), though all 20 were read; every handler
+// finds its entry in the window. A full batch writes its first step alone,
+// a short one (the stream caught up) in the round trip of the read ahead.
+// A clean end leaves no record.
 func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
-	f := newFixture(t, 20)
-	c := f.consumer(t, "w1")
-	c.Count = 20
-	var window string
-	var n atomic.Int64
-	h := func(ctx context.Context, d stream.Delivery) error {
-		if n.Add(1) == 10 {
-			window = f.rdb.HGet(ctx, windowsKey, "w1").Val()
-		}
-		time.Sleep(2 * time.Millisecond)
-		if d.Attempts != 1 || d.Deliveries != 1 {
-			t.Errorf("%s: attempts %d, deliveries %d, want 1 and 1", d.ID, d.Attempts, d.Deliveries)
-		}
-		return nil
+	for _, tc := range []struct {
+		name  string
+		count int64
+	}{{"full batch", 20}, {"short batch", 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 20)
+			c := f.consumer(t, "w1")
+			c.Count = tc.count
+			var window string
+			var n atomic.Int64
+			h := func(ctx context.Context, d stream.Delivery) error {
+				w := f.rdb.HGet(ctx, windowsKey, "w1").Val()
+				if !windowHolds(w, d.StreamID) {
+					t.Errorf("%s started outside the recorded window %q", d.StreamID, w)
+				}
+				if n.Add(1) == 10 {
+					window = w
+				}
+				time.Sleep(2 * time.Millisecond)
+				if d.Attempts != 1 || d.Deliveries != 1 {
+					t.Errorf("%s: attempts %d, deliveries %d, want 1 and 1", d.ID, d.Attempts, d.Deliveries)
+				}
+				return nil
+			}
+			run(t, c, h)
+			if want := f.ids[0].StreamID.String() + " " + f.ids[9].StreamID.String(); window != want {
+				t.Fatalf("window of first starts while the tenth handler ran: %q, want %q", window, want)
+			}
+			ctx := context.Background()
+			if left := f.rdb.HLen(ctx, attemptsKey).Val() + f.rdb.HLen(ctx, windowsKey).Val(); left != 0 {
+				t.Fatalf("%d start records left after every entry was acked", left)
+			}
+		})
 	}
-	run(t, c, h)
-	if want := f.ids[0].StreamID.String() + " " + f.ids[9].StreamID.String(); window != want {
-		t.Fatalf("window of first starts while the tenth handler ran: %q, want %q", window, want)
-	}
-	ctx := context.Background()
-	if left := f.rdb.HLen(ctx, attemptsKey).Val() + f.rdb.HLen(ctx, windowsKey).Val(); left != 0 {
-		t.Fatalf("%d start records left after every entry was acked", left)
-	}
+}
+
+// windowHolds reports whether a window "lo hi" holds id.
+func windowHolds(w string, id brand.StreamID) bool {
+	lo, hi, ok := strings.Cut(w, " ")
+	l, lerr := brand.ParseStreamID(lo)
+	h, herr := brand.ParseStreamID(hi)
+	return ok && lerr == nil && herr == nil && id.Compare(l) >= 0 && id.Compare(h) <= 0
 }
 
 // A slow batch acks each success as it comes, not all at the end: a kill
