@@ -52,7 +52,13 @@ type Volume struct {
 	leaves    map[string]any // decoded leaves ([]Entry) and branches ([]nodeRef) by key
 	badBase   uint64         // a checkpoint rebase found unusable
 	localHead uint64         // the newest local commit file this handle wrote (the head hint)
+	segBuf    []byte         // the last commit's segment buffer, for the next to reuse (mu)
 }
+
+// maxReusedSegment bounds the segment buffer a volume keeps between
+// commits: an archive slice's (4 MiB by default) is kept, a compaction's
+// (64 MiB) is not.
+const maxReusedSegment = 16 << 20
 
 // Options tune a volume; the zero value is fine.
 type Options struct {
@@ -709,12 +715,20 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 
 // commit writes the next commit with v.mu held; with edit, the commit is
 // changed before it is encoded (a compaction's fields).
-func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]string, edit func(*Commit)) (*Commit, error) {
+func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]string, edit func(*Commit)) (_ *Commit, err error) {
 	lsn := v.headLSN() + 1
-	seg, err := EncodeSegment(lsn, pages)
+	seg, err := appendSegment(v.segBuf, lsn, pages)
+	v.segBuf = nil
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// Only a commit that went through hands its buffer on: after a
+		// failed upload the HTTP transport may still be reading it.
+		if err == nil && cap(seg) <= maxReusedSegment {
+			v.segBuf = seg
+		}
+	}()
 	c := v.newCommit(lsn, seg, pages, meta)
 	if edit != nil {
 		edit(c)

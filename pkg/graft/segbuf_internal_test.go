@@ -1,0 +1,97 @@
+package graft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// failingSegments fails segment uploads while fail is set.
+type failingSegments struct {
+	fence.Store
+	fail bool
+}
+
+func (f *failingSegments) Create(ctx context.Context, key string, body []byte) error {
+	if f.fail && strings.Contains(key, "/segments/") {
+		return errors.New("connection reset")
+	}
+	return f.Store.Create(ctx, key, body)
+}
+
+// A commit lays its segment into the buffer of the commit before it: a
+// large segment, a small one, a large one again all read back intact; a
+// failed commit keeps no buffer (its upload may still be reading it).
+func TestCommit_ReusesTheSegmentBuffer(t *testing.T) {
+	ctx := context.Background()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingSegments{Store: local}
+	v, err := Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := func(first, n, size int) []Page {
+		out := make([]Page, n)
+		for i := range out {
+			out[i] = Page{No: uint64(first + i), Data: bytes.Repeat([]byte{byte(first + i)}, size)}
+		}
+		return out
+	}
+	commits := [][]Page{pages(1, 64, 4096), pages(100, 3, 10), pages(200, 64, 4096)}
+	var prev []byte
+	for i, p := range commits {
+		if _, err := v.Commit(ctx, p, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && &v.segBuf[:1][0] != &prev[:1][0] {
+			t.Fatal("the second commit did not reuse the first one's buffer")
+		}
+		prev = v.segBuf
+	}
+	st.fail = true
+	if _, err := v.Commit(ctx, pages(300, 2, 10), nil); err == nil {
+		t.Fatal("commit with a failing segment upload succeeded")
+	}
+	if v.segBuf != nil {
+		t.Fatal("a failed commit kept its segment buffer")
+	}
+	st.fail = false
+	if _, err := v.Commit(ctx, pages(300, 2, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	commits = append(commits, pages(300, 2, 10))
+	fresh, err := Open(ctx, t.TempDir(), "vol", local) // reads the remote copies
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vol := range []*Volume{v, fresh} {
+		i := 0
+		for c, err := range vol.Entries(ctx, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			seg, err := vol.Segment(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, no := range seg.Pages() {
+				want := commits[i][j]
+				got, err := seg.Lookup(no)
+				if err != nil || no != want.No || !bytes.Equal(got, want.Data) {
+					t.Fatalf("commit %d page %d: %d %q %v, want %d", i, j, no, got, err, want.No)
+				}
+			}
+			i++
+		}
+		if i != len(commits) {
+			t.Fatalf("%d commits read back, want %d", i, len(commits))
+		}
+	}
+}
