@@ -31,9 +31,8 @@ type groupReader interface {
 	readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error)
 	// readNew reads up to count never-delivered entries, blocking up to
 	// block (negative: not at all), with acks sent first in the same round
-	// trip; ackErr is theirs. A non-nil first is recorded ahead of both
-	// (recordWindow), its outcome in first.err.
-	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet, first *firstStarts) (msgs []redis.XMessage, ackErr, err error)
+	// trip; ackErr is theirs.
+	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error)
 	// readNewRecordingGaps is readNew without blocking, after recording a
 	// catch-up gap when entries above the group's last-delivered id were
 	// trimmed unread (gapLua).
@@ -154,31 +153,20 @@ func (g *redisGroup) readPending(ctx context.Context, after string, count int64)
 	return res[0].Messages, nil
 }
 
-func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet, first *firstStarts) (msgs []redis.XMessage, ackErr, err error) {
+func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error) {
 	args := &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block}
 	var read *redis.XStreamSliceCmd
-	var window, ack *redis.IntCmd
-	if first == nil && len(acks.ids) == 0 {
-		read = g.rdb.XReadGroup(ctx, args)
-	} else {
+	if len(acks.ids) > 0 {
+		var ack *redis.IntCmd
 		g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if first != nil {
-				window = p.HSet(ctx, g.windows, g.consumer, first.lo+" "+first.hi)
-			}
-			if len(acks.ids) > 0 {
-				ack = g.queueAcks(ctx, p, acks)
-			}
-			read = p.XReadGroup(ctx, args)
+			ack, read = g.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
 			return nil
 		})
-	}
-	if first != nil {
-		first.err = g.windowErr(window.Err(), first.lo, first.hi)
-	}
-	if ack != nil {
 		if ackErr = ack.Err(); ackErr != nil {
 			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), nil
 		}
+	} else {
+		read = g.rdb.XReadGroup(ctx, args)
 	}
 	res, err := read.Result()
 	if err != nil && !isNil(err) {
@@ -329,11 +317,7 @@ func (g *redisGroup) marked(ctx context.Context, ids []string) ([]bool, error) {
 }
 
 func (g *redisGroup) recordWindow(ctx context.Context, lo, hi string) error {
-	return g.windowErr(g.rdb.HSet(ctx, g.windows, g.consumer, lo+" "+hi).Err(), lo, hi)
-}
-
-func (g *redisGroup) windowErr(err error, lo, hi string) error {
-	if err != nil {
+	if err := g.rdb.HSet(ctx, g.windows, g.consumer, lo+" "+hi).Err(); err != nil {
 		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	}
 	return nil

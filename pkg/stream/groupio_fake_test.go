@@ -71,13 +71,7 @@ func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([
 	return out, nil
 }
 
-func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet, first *firstStarts) ([]redis.XMessage, error, error) {
-	if first != nil {
-		g.mu.Lock()
-		g.firstSteps++
-		g.mu.Unlock()
-		first.err = g.recordWindow(ctx, first.lo, first.hi)
-	}
+func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet) ([]redis.XMessage, error, error) {
 	if len(acks.ids) > 0 {
 		if err := g.ack(ctx, acks); err != nil {
 			return nil, err, nil
@@ -93,7 +87,7 @@ func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, a
 }
 
 func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
-	msgs, _, err := g.readNew(ctx, -1, count, ackSet{}, nil)
+	msgs, _, err := g.readNew(ctx, -1, count, ackSet{})
 	return msgs, err
 }
 
@@ -209,26 +203,22 @@ func TestLoop_FailedAckFailsTheRun(t *testing.T) {
 	}
 }
 
-// No handler starts without its start recorded, whether the first step of
-// starts is written alone (after a full batch) or in the round trip of the
-// read ahead (after a short one).
+// No handler starts without its start recorded, whether the batch's first
+// step is recorded as its handlers start (no read ahead: dedupe markers) or
+// before its read ahead is sent.
 func TestLoop_NoStartRecordNoHandler(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		count      int64
-		firstSteps int
-	}{{"alone", 3, 0}, {"with the read ahead", 10, 1}} {
+		name   string
+		dedupe time.Duration
+	}{{"with the handlers", time.Hour}, {"before the read ahead", 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, c := newFakeGroup(t, 3)
-			c.Count = tc.count
+			c.DedupeTTL = tc.dedupe
 			g.startErr = errors.New("i/o timeout")
 			calls := 0
 			_, err := c.Run(context.Background(), func(context.Context, Delivery) error { calls++; return nil })
 			if err == nil || !strings.Contains(err.Error(), "i/o timeout") || calls != 0 || len(g.pel) != 3 {
 				t.Fatalf("run: %v, %d handler calls, %d pending", err, calls, len(g.pel))
-			}
-			if g.firstSteps != tc.firstSteps {
-				t.Fatalf("%d first steps recorded with a read ahead, want %d", g.firstSteps, tc.firstSteps)
 			}
 		})
 	}

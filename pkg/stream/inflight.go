@@ -28,11 +28,8 @@ import (
 //     entry) and shrink to one entry once they are slow (over slowStart), or
 //     when MaxAttempts is 1. One O(1) write a step; a kill counts a start
 //     for the unstarted rest of the current step, once in an entry's life
-//     (its next start is recorded alone); when a batch of new entries came
-//     back short (the stream is caught up), its first step is written in
-//     the round trip of the read ahead, in front of it, instead of alone:
-//     a worker that waits on the stream starts its handler one round trip
-//     after the read, not two;
+//     (its next start is recorded alone); the first step of a batch of
+//     new entries read ahead is written before its read ahead is sent;
 //   - at settle, a windowed entry left pending (failed, or abandoned while it
 //     ran) gets its own record, since the next batch's window replaces this
 //     one; a run that ends drops its window.
@@ -48,7 +45,7 @@ const (
 type starts struct {
 	r     *run
 	jobs  []*job       // runnable, in the order they start
-	first *firstStarts // the batch's first step, recorded with the read ahead
+	first *firstStarts // the batch's first step, recorded before its read ahead
 
 	mu     sync.Mutex
 	next   int       // jobs[:next] are recorded
@@ -63,37 +60,38 @@ func (r *run) newStarts(jobs []*job, first *firstStarts) *starts {
 }
 
 // firstStarts is the first step of a batch of new entries (lo to hi, all
-// first starts), recorded in the round trip that reads the next batch
-// ahead (prefetch), in front of that read: the batch's first handler waits
-// for one round trip shared with the read instead of a write of its own.
+// first starts), recorded before the batch's read ahead is sent
+// (run.recordFirst): beside it, the record would wait in Redis behind the
+// read of up to a full batch.
 type firstStarts struct {
-	lo, hi string
-	hiSID  brand.StreamID
-	err    error         // the record's outcome, set before done is closed
-	done   chan struct{} // closed once the round trip is over
+	lo  string
+	hi  brand.StreamID
+	err error // the record's outcome
 }
 
-// firstStep returns the first step of a batch of new entries, for the read
-// ahead to record: as many entries as the run's window.
-func (r *run) firstStep(msgs []redis.XMessage) *firstStarts {
+// recordFirst records the first step of a batch of new entries: as many
+// as the run's window. A malformed id is left for jobs to report.
+func (r *run) recordFirst(ctx context.Context, msgs []redis.XMessage) *firstStarts {
 	n := min(len(msgs), r.window)
 	if r.c.MaxAttempts <= 1 {
 		n = 1 // see adapt
 	}
 	hi, err := brand.ParseStreamID(msgs[n-1].ID)
 	if err != nil {
-		return nil // jobs reports it
+		return nil
 	}
-	return &firstStarts{lo: msgs[0].ID, hi: msgs[n-1].ID, hiSID: hi, done: make(chan struct{})}
+	wctx, cancel := r.writeCtx(ctx)
+	defer cancel()
+	r.windowed = true // dropped at the end of the run, used or not
+	return &firstStarts{lo: msgs[0].ID, hi: hi, err: r.c.io.recordWindow(wctx, msgs[0].ID, msgs[n-1].ID)}
 }
 
-// takeFirst waits for the batch's first step and marks the jobs it covers
-// as started once (or counts them in memory when Redis is full). Called
-// with s.mu held, before the first record.
+// takeFirst marks the jobs the batch's first step covers as started once
+// (or counts them in memory when Redis was full). Called with s.mu held,
+// before the first record.
 func (s *starts) takeFirst() error {
 	f := s.first
 	s.first = nil
-	<-f.done
 	full := isOOM(f.err)
 	switch {
 	case full:
@@ -104,7 +102,7 @@ func (s *starts) takeFirst() error {
 		s.lo = f.lo
 	}
 	n := 0
-	for ; n < len(s.jobs) && s.jobs[n].d.StreamID.Compare(f.hiSID) <= 0; n++ {
+	for ; n < len(s.jobs) && s.jobs[n].d.StreamID.Compare(f.hi) <= 0; n++ {
 		j := s.jobs[n]
 		if full {
 			j.d.Attempts = j.prior + 1

@@ -118,18 +118,18 @@ const windowsKey = "emq:{cm}:windows:events:billing"
 // Attempts count handler starts: while the tenth of 20 slow handlers runs,
 // the consumer's window of first starts reaches the tenth entry and no
 // further (what a kill would leave), though all 20 were read; every handler
-// finds its entry in the window. A full batch writes its first step alone,
-// a short one (the stream caught up) in the round trip of the read ahead.
-// A clean end leaves no record.
+// finds its entry in the window, whether the batch's first step is written
+// as its handlers start (dedupe markers: no read ahead) or before its read
+// ahead. A clean end leaves no record.
 func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		count int64
-	}{{"full batch", 20}, {"short batch", 50}} {
+		name   string
+		dedupe time.Duration
+	}{{"with the handlers", time.Hour}, {"before the read ahead", 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, 20)
 			c := f.consumer(t, "w1")
-			c.Count = tc.count
+			c.Count, c.DedupeTTL = 20, tc.dedupe
 			var window string
 			var n atomic.Int64
 			h := func(ctx context.Context, d stream.Delivery) error {
