@@ -44,6 +44,7 @@ BEGIN {
 	id["ConsumerStrong_Ratio"] = "P11";     goal["P11"] = ">= 0.9";  cmd["P11"] = "-bench ConsumerStrong_Ratio ./pkg/stream"
 	id["Webhook_Ratio"] = "P12";            goal["P12"] = ">= 0.8";  cmd["P12"] = "-bench Webhook_Ratio ./cmd/worker"
 	id["Export_Ratio"] = "X1";              goal["X1"] = ">= 0.5";  cmd["X1"] = "-bench Export_Ratio ./pkg/export"
+	id["Compaction_Ratio"] = "D5";          goal["D5"] = ">= 0.7";  cmd["D5"] = "-bench Compaction_Ratio ./pkg/graft (MinIO)"
 	id["SegmentWrite_Ratio"] = "seg";       goal["seg"] = "none";   cmd["seg"] = "-bench SegmentWrite_Ratio ./pkg/graft"
 	print "| id | median | min | max | goal | met | rounds | command (`go test -run ^$ -benchtime Nx ...`) |"
 	print "|---|---|---|---|---|---|---|---|"
