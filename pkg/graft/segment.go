@@ -101,7 +101,7 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 	var buf []byte
 	if cap(dst) >= size {
 		buf = dst[:headerSize]
-		clear(buf[8:]) // flags and reserved bytes are zero
+		clear(buf)
 	} else {
 		buf = make([]byte, headerSize, size)
 	}

@@ -292,9 +292,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	})
 	defer stop()
 
-	first := r.first
-	r.first = nil
-	st := r.newStarts(runnable, first)
+	st := r.newStarts(runnable, r.first) // handleNew clears r.first after the batch
 	now := time.Now()
 	early := &earlyAcks{r: r, start: now, last: now}
 	// Workers take jobs by index: no channel operation per delivery.
