@@ -218,5 +218,10 @@ func (p plainStore) CreateHashed(ctx context.Context, key string, body []byte, s
 	return p.Store.Create(ctx, key, body)
 }
 
+// CreateFile passes through when the wrapped store has it.
+func (p plainStore) CreateFile(ctx context.Context, key, path string, size int64, sha256hex string) error {
+	return CreateFromFile(ctx, p.Store, key, path, size, sha256hex)
+}
+
 // String names the wrapped store.
 func (p plainStore) String() string { return fmt.Sprint(p.Store) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -52,6 +53,52 @@ type Store interface {
 // contract is Create's; a wrong hash is the caller's bug and may be stored.
 type HashedCreator interface {
 	CreateHashed(ctx context.Context, key string, body []byte, sha256hex string) error
+}
+
+// FileCreator is a Store that can create an object from a local file
+// without holding the file's bytes in memory (a merged segment of 64 MiB is
+// streamed from disk). size and sha256hex are the file's, computed by the
+// caller as it wrote it; a file of another size is refused. The contract is
+// Create's; the file must not change while the call runs.
+type FileCreator interface {
+	CreateFile(ctx context.Context, key, path string, size int64, sha256hex string) error
+}
+
+// CreateFromFile creates key from the file at path on any store: through
+// FileCreator when st has it, else by reading the file into memory (stores
+// that transform the whole body, such as Encrypted).
+func CreateFromFile(ctx context.Context, st Store, key, path string, size int64, sha256hex string) error {
+	if fc, ok := st.(FileCreator); ok {
+		return fc.CreateFile(ctx, key, path, size, sha256hex)
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	if int64(len(body)) != size {
+		return fmt.Errorf("create %s from %s: the file has %d bytes, want %d", key, path, len(body), size)
+	}
+	if hc, ok := st.(HashedCreator); ok {
+		return hc.CreateHashed(ctx, key, body, sha256hex)
+	}
+	return st.Create(ctx, key, body)
+}
+
+// OpenSized opens the file of a CreateFile call after checking its size,
+// for FileCreator implementations.
+func OpenSized(key, path string, size int64) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", key, err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != size {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("the file has %d bytes, want %d", fi.Size(), size)
+		}
+		return nil, fmt.Errorf("create %s from %s: %w", key, path, err)
+	}
+	return f, nil
 }
 
 // Range selects bytes [Off, Off+Len) of an object; Len 0 means to the end.

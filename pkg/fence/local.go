@@ -63,6 +63,37 @@ func (l *Local) path(key string) (string, error) {
 
 // Create implements Store.
 func (l *Local) Create(ctx context.Context, key string, body []byte) error {
+	return l.create(ctx, key, func(f *os.File) error {
+		_, err := f.Write(body)
+		return err
+	})
+}
+
+var _ FileCreator = (*Local)(nil)
+
+// CreateFile implements FileCreator: the file is copied by the kernel
+// (copy_file_range where the file system has it), never through memory.
+func (l *Local) CreateFile(ctx context.Context, key, path string, size int64, _ string) error {
+	if l.readOnly {
+		return fmt.Errorf("create %s: %w", key, ErrReadOnly)
+	}
+	src, err := OpenSized(key, path, size)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	return l.create(ctx, key, func(f *os.File) error {
+		n, err := io.Copy(f, src)
+		if err == nil && n != size {
+			err = fmt.Errorf("copied %d bytes of %s, want %d", n, path, size)
+		}
+		return err
+	})
+}
+
+// create stages an object filled by fill (then fsynced) and links it to
+// key's path, which fails if the key exists.
+func (l *Local) create(ctx context.Context, key string, fill func(*os.File) error) error {
 	if l.readOnly {
 		return fmt.Errorf("create %s: %w", key, ErrReadOnly)
 	}
@@ -73,7 +104,7 @@ func (l *Local) Create(ctx context.Context, key string, body []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tmp, err := writeTemp(filepath.Join(l.root, tmpDir), body)
+	tmp, err := writeTemp(filepath.Join(l.root, tmpDir), fill)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", key, err)
 	}
@@ -106,13 +137,22 @@ func linkInto(tmp, dst string) error {
 	return err
 }
 
-// writeTemp writes body to a new file in dir and fsyncs it.
-func writeTemp(dir string, body []byte) (string, error) {
+// writeTemp creates a file in dir, fills it with fill, fsyncs and closes
+// it. On error the file is removed.
+func writeTemp(dir string, fill func(*os.File) error) (string, error) {
 	f, err := os.CreateTemp(dir, "obj-*")
 	if err != nil {
 		return "", err
 	}
-	if err := durable.Fill(f, body); err != nil {
+	err = fill(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		return "", err
 	}
 	return f.Name(), nil

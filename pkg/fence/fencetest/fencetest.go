@@ -5,8 +5,12 @@ package fencetest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -19,6 +23,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) fence.Store) {
 	t.Run("CreateThenGet", func(t *testing.T) { testCreateThenGet(t, open(t)) })
 	t.Run("CreateTwice", func(t *testing.T) { testCreateTwice(t, open(t)) })
+	t.Run("CreateFromFile", func(t *testing.T) { testCreateFromFile(t, open(t)) })
 	t.Run("GetMissing", func(t *testing.T) { testGetMissing(t, open(t)) })
 	t.Run("GetRange", func(t *testing.T) { testGetRange(t, open(t)) })
 	t.Run("ListPrefixAfter", func(t *testing.T) { testList(t, open(t)) })
@@ -66,6 +71,50 @@ func testCreateTwice(t *testing.T, st fence.Store) {
 	// Creating the same bytes again is still a conflict unless it resolves an
 	// ambiguous outcome of the same call; a fresh call with equal bytes may
 	// be reported either way, so only different bytes are checked above.
+}
+
+// testCreateFromFile creates objects from files (streamed where the store
+// is a fence.FileCreator): the bytes read back are the file's, a second
+// create of the key is refused, and a file whose size is not the one given
+// creates nothing.
+func testCreateFromFile(t *testing.T, st fence.Store) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	body := make([]byte, 3<<20+17) // 3 MiB and a bit: many network reads
+	for i := range body {
+		body[i] = byte(i * 7 % 251)
+	}
+	path := filepath.Join(dir, "segment")
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	if err := fence.CreateFromFile(ctx, st, "segments/from-file", path, int64(len(body)), hash); err != nil {
+		t.Fatalf("CreateFromFile: %v", err)
+	}
+	if got, err := st.Get(ctx, "segments/from-file", fence.Range{}); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("Get = %d bytes, %v; want the file's %d bytes", len(got), err, len(body))
+	}
+	if got, err := st.Get(ctx, "segments/from-file", fence.Range{Off: 3 << 20, Len: 17}); err != nil || !bytes.Equal(got, body[3<<20:]) {
+		t.Fatalf("Get of the last 17 bytes = %v, %v", got, err)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte("someone else"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.CreateFromFile(ctx, st, "segments/from-file", other, 12, fmt.Sprintf("%064x", 1)); !errors.Is(err, fence.ErrExists) {
+		t.Fatalf("second CreateFromFile = %v, want ErrExists", err)
+	}
+	if err := fence.CreateFromFile(ctx, st, "segments/short", other, 13, fmt.Sprintf("%064x", 1)); err == nil || errors.Is(err, fence.ErrExists) {
+		t.Fatalf("CreateFromFile of a 12-byte file said to hold 13 = %v, want an error", err)
+	}
+	if _, err := st.Get(ctx, "segments/short", fence.Range{}); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("a refused file left an object: %v", err)
+	}
+	if err := fence.CreateFromFile(ctx, st, "segments/missing", filepath.Join(dir, "nope"), 1, hash); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("CreateFromFile of a missing file = %v, want a not-exist error", err)
+	}
 }
 
 func testGetMissing(t *testing.T, st fence.Store) {

@@ -3,9 +3,13 @@ package s3_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,7 +22,8 @@ import (
 // TestS3_LostReplyVerdict creates objects on MinIO through a proxy that lets
 // the PUT land and drops its reply, then resets the connection: the SDK
 // retries, MinIO answers 412, and Create must read the object back and call
-// it ours. A wrong verdict (ErrExists for our own object) is what breaks the
+// it ours, whether the body came from memory or from a file (whose retry
+// must send it again from its start). A wrong verdict (ErrExists for our own object) is what breaks the
 // fence after a lost reply; the silt_negative_readback build must show it.
 func TestS3_LostReplyVerdict(t *testing.T) {
 	srv := testserver.S3(t, "minio")
@@ -41,11 +46,21 @@ func TestS3_LostReplyVerdict(t *testing.T) {
 	ctx := context.Background()
 	const n = 8
 	wrong, landed := 0, 0
+	dir := t.TempDir()
 	for i := range n {
 		key, body := fmt.Sprintf("k%d", i), []byte(fmt.Sprintf("body %d", i))
+		create := func() error { return st.Create(ctx, key, body) }
+		if i%2 == 1 {
+			path := filepath.Join(dir, key)
+			if err := os.WriteFile(path, body, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(body)
+			create = func() error { return st.CreateFile(ctx, key, path, int64(len(body)), hex.EncodeToString(sum[:])) }
+		}
 		p.DropReplies(true)
 		done := make(chan error, 1)
-		go func() { done <- st.Create(ctx, key, body) }()
+		go func() { done <- create() }()
 		if waitObject(ctx, truth, key) {
 			landed++
 		}

@@ -181,13 +181,35 @@ var _ fence.HashedCreator = (*Store)(nil)
 // (for resolving a 412) and to the request signer, which then need not
 // hash the body itself.
 func (s *Store) CreateHashed(ctx context.Context, key string, body []byte, hash string) error {
+	return s.create(ctx, key, func() io.ReadSeeker { return bytes.NewReader(body) }, int64(len(body)), hash)
+}
+
+var _ fence.FileCreator = (*Store)(nil)
+
+// CreateFile implements fence.FileCreator: the body is read from the file
+// as the request goes out (each attempt from its start), never held in
+// memory whole.
+func (s *Store) CreateFile(ctx context.Context, key, path string, size int64, hash string) error {
+	if _, err := s.objectKey(key); err != nil {
+		return err
+	}
+	f, err := fence.OpenSized(key, path, size)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return s.create(ctx, key, func() io.ReadSeeker { return io.NewSectionReader(f, 0, size) }, size, hash)
+}
+
+// create is CreateHashed with the body given as a fresh reader per attempt.
+func (s *Store) create(ctx context.Context, key string, body func() io.ReadSeeker, size int64, hash string) error {
 	ok, err := s.objectKey(key)
 	if err != nil {
 		return err
 	}
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		err := s.put(ctx, ok, body, hash)
+		err := s.put(ctx, ok, body(), size, hash)
 		switch {
 		case err == nil:
 			return nil
@@ -207,14 +229,14 @@ func (s *Store) CreateHashed(ctx context.Context, key string, body []byte, hash 
 	}
 }
 
-func (s *Store) put(ctx context.Context, objectKey string, body []byte, hash string) error {
+func (s *Store) put(ctx context.Context, objectKey string, body io.ReadSeeker, size int64, hash string) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(s.cfg.Bucket),
 		Key:           aws.String(objectKey),
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
+		Body:          body,
+		ContentLength: aws.Int64(size),
 		IfNoneMatch:   aws.String("*"),
 		Metadata:      map[string]string{hashMeta: hash},
 	}
