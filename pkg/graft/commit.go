@@ -196,11 +196,16 @@ func IsConflict(err error) bool {
 func rangesOf(pages []Page) []PageRange {
 	var out []PageRange
 	for _, p := range pages {
-		if n := len(out); n > 0 && out[n-1].Hi+1 == p.No {
-			out[n-1].Hi = p.No
-			continue
-		}
-		out = append(out, PageRange{p.No, p.No})
+		out = addRange(out, p.No)
 	}
 	return out
+}
+
+// addRange adds page no, above every page in ranges, to them.
+func addRange(ranges []PageRange, no uint64) []PageRange {
+	if n := len(ranges); n > 0 && ranges[n-1].Hi+1 == no {
+		ranges[n-1].Hi = no
+		return ranges
+	}
+	return append(ranges, PageRange{no, no})
 }

@@ -1,10 +1,15 @@
 package graft
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
+	"math"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/silt-dev/silt/pkg/failpoint"
@@ -165,60 +170,74 @@ func (v *Volume) smallRun(ctx context.Context, opt CompactOptions, from uint64) 
 	return nil, nil
 }
 
-// fetchConcurrency is how many segments a compaction fetches at once.
-const fetchConcurrency = 8
+// A merge fetches the segments it reads ahead of the one it copies, up to
+// fetchConcurrency at once and fetchAheadBytes in all (one more if a single
+// segment is larger): memory stays a few segments, whatever the merge's size.
+const (
+	fetchConcurrency = 8
+	fetchAheadBytes  = 2 << 20
+)
 
-// fetchAll fetches the segments of run, up to fetchConcurrency at once, in
-// run's order.
-func (v *Volume) fetchAll(ctx context.Context, run []Entry) ([]*Segment, error) {
-	segs := make([]*Segment, len(run))
-	errs := make([]error, len(run))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(fetchConcurrency, len(run)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				segs[i], errs[i] = v.segmentOf(ctx, run[i].commit(v.name), true)
+// sources yields the verified segments of run in order, fetching ahead.
+func (v *Volume) sources(ctx context.Context, run []Entry) iter.Seq2[*Segment, error] {
+	return func(yield func(*Segment, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		type fetched struct {
+			seg *Segment
+			err error
+		}
+		out := make([]chan fetched, len(run))
+		next, ahead := 0, int64(0) // the next segment to fetch; bytes fetched and not yet yielded
+		for i := range run {
+			for next < len(run) && next-i < fetchConcurrency && (next == i || ahead+run[next].Segment.Size <= fetchAheadBytes) {
+				out[next] = make(chan fetched, 1)
+				wg.Add(1)
+				go func(j int) {
+					defer wg.Done()
+					seg, err := v.segmentOf(ctx, run[j].commit(v.name), true)
+					out[j] <- fetched{seg, err}
+				}(next)
+				ahead += run[next].Segment.Size
+				next++
 			}
-		}()
+			f := <-out[i]
+			ahead -= run[i].Segment.Size
+			if f.err != nil {
+				yield(nil, f.err)
+				return
+			}
+			if !yield(f.seg, nil) {
+				return
+			}
+		}
 	}
-	for i := range run {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("compact volume %s: %w", v.name, err)
-	}
-	return segs, nil
 }
 
 // merge writes the pages of run's segments as one compaction commit and
-// checkpoints it; it returns the merged segment's size.
+// checkpoints it; it returns the merged segment's size. The merged segment
+// is streamed to a local file, source by source, and uploaded from it: a
+// merge of 64 MiB holds a few source segments in memory, never its output.
 func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
-	segs, err := v.fetchAll(ctx, run)
+	lsn := v.headLSN() + 1
+	path, size, sum, ranges, pages, err := v.writeMerged(ctx, lsn, run)
 	if err != nil {
-		return 0, err
-	}
-	var pages []Page
-	for _, seg := range segs {
-		for _, no := range seg.Pages() {
-			data, err := seg.Lookup(no)
-			if err != nil {
-				return 0, fmt.Errorf("compact volume %s: %w", v.name, err)
-			}
-			pages = append(pages, Page{No: no, Data: data})
-		}
+		return 0, fmt.Errorf("compact volume %s: %w", v.name, err)
 	}
 	last := run[len(run)-1]
-	span := PageRange{Lo: run[0].lo(), Hi: last.hi()}
-	head := v.head()
-	c, err := v.commit(ctx, pages, maps.Clone(head.Meta), func(c *Commit) {
-		c.Version, c.Replaces, c.EntryMeta = compactionVersion, &span, maps.Clone(last.Meta)
-	})
-	if err != nil {
+	c := v.newCommit(lsn, size, sum, ranges, pages, maps.Clone(v.head().Meta))
+	c.Version, c.Replaces, c.EntryMeta = compactionVersion, &PageRange{Lo: run[0].lo(), Hi: last.hi()}, maps.Clone(last.Meta)
+	local := v.localSegment(c.Segment.Key)
+	if err := (staged{path: local, tmp: path, fs: v.files()}).place(); err != nil {
+		return 0, fmt.Errorf("volume %s: %w", v.name, err)
+	}
+	v.failpoint(failpoint.SegmentWritten)
+	if err := fence.CreateFromFile(ctx, v.store, c.Segment.Key, local, size, sum); err != nil {
+		return 0, fmt.Errorf("upload segment %s: %w", c.Segment.Key, err)
+	}
+	v.failpoint(failpoint.SegmentUploaded)
+	if err := v.put(ctx, c); err != nil {
 		return 0, err
 	}
 	v.failpoint(failpoint.CompactionCommitted)
@@ -228,6 +247,63 @@ func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
 		return c.Segment.Size, fmt.Errorf("compact volume %s: checkpoint after compaction commit %d: %w", v.name, c.LSN, err)
 	}
 	return c.Segment.Size, nil
+}
+
+// writeMerged writes the segment of lsn holding the pages of run's
+// segments to a new file in the tmp directory, fsynced. It returns the
+// file, the segment's size and SHA-256, and the pages it holds.
+func (v *Volume) writeMerged(ctx context.Context, lsn uint64, run []Entry) (path string, size int64, sum string, ranges []PageRange, pages uint64, err error) {
+	for _, e := range run {
+		pages += e.Pages
+	}
+	if pages > math.MaxUint32 {
+		return "", 0, "", nil, 0, fmt.Errorf("merge of %d pages: over a segment's limit", pages)
+	}
+	tmp := filepath.Join(v.dir, "tmp")
+	f, err := os.CreateTemp(tmp, "m-*")
+	if err != nil {
+		return "", 0, "", nil, 0, err
+	}
+	spill, err := os.CreateTemp(tmp, "i-*")
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", 0, "", nil, 0, err
+	}
+	defer func() {
+		spill.Close()
+		os.Remove(spill.Name())
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	out := bufio.NewWriterSize(f, 256<<10)
+	w := newSegmentWriter(out, spill, lsn, uint32(pages))
+	for seg, err := range v.sources(ctx, run) {
+		if err != nil {
+			return "", 0, "", nil, 0, err
+		}
+		for _, e := range seg.index {
+			if err := w.add(e.No, seg.data[e.Off:e.Off+pageHeadSize+uint64(e.Len)]); err != nil {
+				return "", 0, "", nil, 0, err
+			}
+			ranges = addRange(ranges, e.No)
+		}
+	}
+	if size, sum, err = w.finish(); err != nil {
+		return "", 0, "", nil, 0, err
+	}
+	if err = out.Flush(); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", 0, "", nil, 0, fmt.Errorf("write merged segment: %w", err)
+	}
+	return f.Name(), size, sum, ranges, pages, nil
 }
 
 // Prune moves the start of a monotonic volume's history forward: a prune

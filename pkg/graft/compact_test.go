@@ -153,7 +153,7 @@ func TestCompact_RacingAWriter(t *testing.T) {
 // A compacting process killed at each step leaves a volume that opens,
 // verifies and reads every page once; the next compaction goes on.
 func TestCompact_CrashAtEachStep(t *testing.T) {
-	for _, step := range []string{"segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
+	for _, step := range []string{"segment-written", "segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
 		t.Run(step, func(t *testing.T) {
 			data, remote := t.TempDir(), t.TempDir()
 			st, _ := fence.OpenLocal(remote)

@@ -26,6 +26,14 @@ type osFS struct{}
 func (osFS) CreateTemp(dir, pattern string) (writable, error) { return os.CreateTemp(dir, pattern) }
 func (osFS) Rename(from, to string) error                     { return os.Rename(from, to) }
 
+// files is the volume's file system.
+func (v *Volume) files() fileSystem {
+	if v.fs == nil {
+		return osFS{}
+	}
+	return v.fs
+}
+
 // writeFile writes b to path durably: a temp file in the volume's tmp
 // directory, fsynced, closed, renamed into place, then the directory
 // fsynced. On error the temp file is removed and path is left as it was.
@@ -47,10 +55,7 @@ type staged struct {
 // stageFile is the first half of writeFile: the temp file, written, fsynced
 // and closed. On error it is already removed.
 func (v *Volume) stageFile(path string, b []byte) staged {
-	s := staged{path: path, fs: v.fs}
-	if s.fs == nil {
-		s.fs = osFS{}
-	}
+	s := staged{path: path, fs: v.files()}
 	f, err := s.fs.CreateTemp(filepath.Join(v.dir, "tmp"), "w-*")
 	if err != nil {
 		s.err = fmt.Errorf("write %s: %w", path, err)

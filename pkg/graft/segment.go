@@ -1,12 +1,17 @@
 package graft
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
+	"io"
 	"slices"
 )
 
@@ -105,11 +110,7 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 	} else {
 		buf = make([]byte, headerSize, size)
 	}
-	copy(buf, segMagic)
-	binary.BigEndian.PutUint16(buf[8:], segVersion)
-	binary.BigEndian.PutUint32(buf[12:], uint32(len(pages)))
-	binary.BigEndian.PutUint64(buf[16:], lsn)
-	binary.BigEndian.PutUint32(buf[24:], crc(buf[:24]))
+	putHeader(buf, lsn, uint32(len(pages)))
 	index := make([]indexEntry, len(pages))
 	for i, p := range pages {
 		if i > 0 && p.No == pages[i-1].No {
@@ -125,15 +126,143 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 	}
 	indexOff := uint64(len(buf))
 	for _, e := range index {
-		buf = binary.BigEndian.AppendUint64(buf, e.No)
-		buf = binary.BigEndian.AppendUint64(buf, e.Off)
-		buf = binary.BigEndian.AppendUint32(buf, e.Len)
+		buf = appendIndexItem(buf, e)
 	}
 	indexLen := uint64(len(buf)) - indexOff
 	buf = binary.BigEndian.AppendUint64(buf, indexOff)
 	buf = binary.BigEndian.AppendUint64(buf, indexLen)
 	buf = binary.BigEndian.AppendUint32(buf, crc(buf))
 	return append(buf, trailerMagic...), nil
+}
+
+// putHeader lays a segment header into b (zeroed, headerSize bytes).
+func putHeader(b []byte, lsn uint64, pages uint32) {
+	copy(b, segMagic)
+	binary.BigEndian.PutUint16(b[8:], segVersion)
+	binary.BigEndian.PutUint32(b[12:], pages)
+	binary.BigEndian.PutUint64(b[16:], lsn)
+	binary.BigEndian.PutUint32(b[24:], crc(b[:24]))
+}
+
+func appendIndexItem(b []byte, e indexEntry) []byte {
+	b = binary.BigEndian.AppendUint64(b, e.No)
+	b = binary.BigEndian.AppendUint64(b, e.Off)
+	return binary.BigEndian.AppendUint32(b, e.Len)
+}
+
+// segmentWriter writes a segment as its pages come, holding none of them:
+// the header (whose page count is known in advance), each page record, then
+// the index, spilled to a file of its own as the records go by, and the
+// trailer; the trailer's CRC and the whole segment's SHA-256 are computed on
+// the way. Its bytes are EncodeSegment's for the same pages. Compaction
+// merges 64 MiB of small pages through it in constant memory.
+type segmentWriter struct {
+	w       io.Writer     // the segment
+	index   *bufio.Writer // the spill of index items
+	spill   io.ReadSeeker // what index writes to, read back by finish
+	sum     hash.Hash
+	crc     uint32
+	off     uint64
+	pages   uint32 // promised by the header
+	written uint32
+	last    uint64
+	err     error
+}
+
+// newSegmentWriter writes the header of a segment of pages pages at lsn to
+// w; the index goes through spill (an empty file).
+func newSegmentWriter(w io.Writer, spill io.ReadWriteSeeker, lsn uint64, pages uint32) *segmentWriter {
+	s := &segmentWriter{w: w, index: bufio.NewWriterSize(spill, 64<<10), spill: spill, sum: sha256.New(), pages: pages}
+	var h [headerSize]byte
+	putHeader(h[:], lsn, pages)
+	s.write(h[:])
+	return s
+}
+
+// write passes b on to the segment, through the CRC and the hash.
+func (s *segmentWriter) write(b []byte) {
+	if s.err != nil {
+		return
+	}
+	s.crc = crc32.Update(s.crc, castagnoli, b)
+	s.sum.Write(b)
+	_, s.err = s.w.Write(b)
+	s.off += uint64(len(b))
+}
+
+// add writes the record of page no: its 16-byte head and its data, as a
+// segment holds it (the caller has checked it). Pages come in ascending
+// order.
+func (s *segmentWriter) add(no uint64, rec []byte) error {
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.written == s.pages:
+		s.err = fmt.Errorf("write segment: page %d is one more than the %d of its header", no, s.pages)
+	case s.written > 0 && no <= s.last:
+		s.err = fmt.Errorf("write segment: page %d after page %d: pages not sorted", no, s.last)
+	case len(rec) < pageHeadSize:
+		s.err = fmt.Errorf("write segment: record of page %d is %d bytes", no, len(rec))
+	}
+	if s.err != nil {
+		return s.err
+	}
+	var item [indexItemSize]byte
+	appendIndexItem(item[:0], indexEntry{No: no, Off: s.off, Len: uint32(len(rec) - pageHeadSize)})
+	if _, err := s.index.Write(item[:]); err != nil {
+		s.err = fmt.Errorf("write segment index: %w", err)
+		return s.err
+	}
+	s.write(rec)
+	s.written, s.last = s.written+1, no
+	return s.err
+}
+
+// finish writes the index and the trailer and returns the segment's size
+// and SHA-256 (hex).
+func (s *segmentWriter) finish() (int64, string, error) {
+	if s.err == nil && s.written != s.pages {
+		s.err = fmt.Errorf("write segment: %d pages written, its header says %d", s.written, s.pages)
+	}
+	if s.err != nil {
+		return 0, "", s.err
+	}
+	if err := s.index.Flush(); err != nil {
+		return 0, "", fmt.Errorf("write segment index: %w", err)
+	}
+	if _, err := s.spill.Seek(0, io.SeekStart); err != nil {
+		return 0, "", fmt.Errorf("write segment index: %w", err)
+	}
+	indexOff := s.off
+	buf := make([]byte, 64<<10)
+	for s.err == nil {
+		n, err := s.spill.Read(buf)
+		s.write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, "", fmt.Errorf("read segment index back: %w", err)
+		}
+	}
+	if indexLen := s.off - indexOff; s.err == nil && indexLen != uint64(s.pages)*indexItemSize {
+		s.err = fmt.Errorf("write segment: index of %d bytes read back, want %d", indexLen, uint64(s.pages)*indexItemSize)
+	}
+	t := make([]byte, 0, trailerSize)
+	t = binary.BigEndian.AppendUint64(t, indexOff)
+	t = binary.BigEndian.AppendUint64(t, s.off-indexOff)
+	s.write(t)
+	t = binary.BigEndian.AppendUint32(t[:0], s.crc) // the checksum and magic are outside it
+	t = append(t, trailerMagic...)
+	if s.err == nil {
+		s.sum.Write(t)
+		_, s.err = s.w.Write(t)
+		s.off += uint64(len(t))
+	}
+	if s.err != nil {
+		return 0, "", s.err
+	}
+	return int64(s.off), hex.EncodeToString(s.sum.Sum(nil)), nil
 }
 
 // Segment is a decoded, verified segment held in memory.

@@ -729,7 +729,8 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 			v.segBuf = seg
 		}
 	}()
-	c := v.newCommit(lsn, seg, pages, meta)
+	sum := sha256.Sum256(seg)
+	c := v.newCommit(lsn, int64(len(seg)), hex.EncodeToString(sum[:]), rangesOf(pages), uint64(len(pages)), meta)
 	if edit != nil {
 		edit(c)
 	}
@@ -738,46 +739,55 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 			return nil, err
 		}
 	}
-	obj, err := c.Encode()
-	if err != nil {
+	if err := v.put(ctx, c); err != nil {
 		return nil, err
 	}
-	// The local copy is written and fsynced while the commit object is
-	// created; it is renamed into place only once the remote has it.
+	return c, nil
+}
+
+// put creates the commit object of c, whose segment is stored, and makes c
+// the head. The local copy is written and fsynced while the commit object
+// is created; it is renamed into place only once the remote has it.
+func (v *Volume) put(ctx context.Context, c *Commit) error {
+	obj, err := c.Encode()
+	if err != nil {
+		return err
+	}
 	local := make(chan staged, 1)
-	go func() { local <- v.stageFile(v.localCommit(lsn), obj) }()
-	err = v.store.Create(ctx, v.commitKey(lsn), obj)
+	go func() { local <- v.stageFile(v.localCommit(c.LSN), obj) }()
+	err = v.store.Create(ctx, v.commitKey(c.LSN), obj)
 	s := <-local
 	if err != nil {
 		s.drop()
 		if errors.Is(err, fence.ErrExists) {
-			return nil, v.lost(ctx, lsn)
+			return v.lost(ctx, c.LSN)
 		}
-		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, err)
+		return fmt.Errorf("commit %d of volume %s: %w", c.LSN, v.name, err)
 	}
 	v.failpoint(failpoint.CommitPut)
 	if s.err != nil {
-		return nil, s.err
+		return s.err
 	}
 	if err := s.place(); err != nil {
-		return nil, err
+		return err
 	}
-	v.hint(lsn)
+	v.hint(c.LSN)
 	v.push(c)
 	v.failpoint(failpoint.HeadUpdated)
-	return c, nil
+	return nil
 }
 
-func (v *Volume) newCommit(lsn uint64, seg []byte, pages []Page, meta map[string]string) *Commit {
-	sum := sha256.Sum256(seg)
+// newCommit returns the commit of lsn for a segment of size bytes and
+// SHA-256 sum holding pages pages in ranges; its segment key is new.
+func (v *Volume) newCommit(lsn uint64, size int64, sum string, ranges []PageRange, pages uint64, meta map[string]string) *Commit {
 	now := time.Now().UTC()
 	c := &Commit{
 		Version: plainVersion, Volume: v.name, LSN: lsn,
 		Segment: SegmentRef{
 			Key:  fmt.Sprintf("%s/segments/%s-%013d-%s", v.name, lsnName(lsn), now.UnixMilli(), v.writer),
-			Size: int64(len(seg)), SHA256: hex.EncodeToString(sum[:]),
+			Size: size, SHA256: sum,
 		},
-		Ranges: rangesOf(pages), Pages: uint64(len(pages)), Meta: meta, Writer: v.writer, Time: now,
+		Ranges: ranges, Pages: pages, Meta: meta, Writer: v.writer, Time: now,
 		Prev: v.headHash(), Base: v.baseLSN(),
 	}
 	// The tail is bounded: a writer whose checkpoints keep failing (or that
