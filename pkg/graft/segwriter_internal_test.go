@@ -2,11 +2,17 @@ package graft
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
 )
 
 // pageRecords returns each page's record (head and data) as a segment holds it.
@@ -120,5 +126,94 @@ func TestSegmentWriter_Refuses(t *testing.T) {
 				t.Fatalf("finish = %v (add: %v), want an error saying %q", err, addErr, tc.want)
 			}
 		})
+	}
+}
+
+// gets counts whole-object GETs of segments as they complete, and fails the
+// one of failKey.
+type gets struct {
+	fence.Store
+	done    atomic.Int64
+	failKey string
+}
+
+func (g *gets) Get(ctx context.Context, key string, r fence.Range) ([]byte, error) {
+	if key == g.failKey {
+		return nil, errors.New("connection reset")
+	}
+	b, err := g.Store.Get(ctx, key, r)
+	if strings.Contains(key, "/segments/") {
+		g.done.Add(1)
+	}
+	return b, err
+}
+
+// A merge's sources come in run order, fetched ahead of the one being
+// copied but never more than fetchAheadBytes of them (here three segments
+// of 700 kB), whatever the run's length; a failed fetch ends them with its
+// error after the segments before it; a consumer that stops early leaves no
+// fetch behind.
+func TestMerge_SourcesFetchAheadWithinTheirBudget(t *testing.T) {
+	ctx := context.Background()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &gets{Store: local}
+	w, err := Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 24, 700 << 10
+	for i := 1; i <= n; i++ {
+		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, size)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cold, err := Open(ctx, t.TempDir(), "vol", st) // no local segment: each source is a GET
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cold.checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run, err := cold.smallRun(ctx, CompactOptions{Target: 1 << 30, MinEntries: n}, 0)
+	if err != nil || len(run) != n {
+		t.Fatalf("run of %d entries, %v; want %d", len(run), err, n)
+	}
+	bound := int64(fetchAheadBytes/size + 1)
+	st.done.Store(0)
+	var most int64
+	i := 0
+	for seg, err := range cold.sources(ctx, run) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seg.Header.LSN != run[i].LSN {
+			t.Fatalf("source %d is the segment of LSN %d, want %d", i, seg.Header.LSN, run[i].LSN)
+		}
+		time.Sleep(10 * time.Millisecond) // copying: the fetches run ahead meanwhile
+		most = max(most, st.done.Load()-int64(i))
+		i++
+	}
+	if i != n || most > bound || most < 2 {
+		t.Fatalf("%d sources; at most %d fetched and not yet copied, want 2 to %d", i, most, bound)
+	}
+
+	st.failKey = run[5].Segment.Key
+	i = 0
+	var last error
+	for _, err := range cold.sources(ctx, run) {
+		if last = err; err != nil {
+			break
+		}
+		i++
+	}
+	if i != 5 || last == nil || !strings.Contains(last.Error(), "connection reset") {
+		t.Fatalf("a failed fetch of source 5: %d sources, then %v", i, last)
+	}
+	st.failKey = ""
+	for range cold.sources(ctx, run) {
+		break // the iterator waits for its fetches before it returns
 	}
 }
