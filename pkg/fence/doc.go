@@ -12,5 +12,9 @@
 //	file:///var/lib/silt/remote                                            fence.Open
 //	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path-style=true     s3.OpenURL
 //
+// A large object can be created from a local file without holding it in
+// memory (CreateFromFile; FileCreator on every store here): compaction
+// uploads its merged segments so.
+//
 // Every backend passes the same conformance suite, package fencetest.
 package fence

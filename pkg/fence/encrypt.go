@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/aes"
@@ -11,6 +12,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 )
 
 // Client-side encryption at rest. Encrypted wraps a Store so that every
@@ -80,19 +84,83 @@ func (e *Encrypted) Create(ctx context.Context, key string, body []byte) error {
 
 func (e *Encrypted) seal(key string, body []byte) []byte {
 	chunks := (len(body) + encChunk - 1) / encChunk
-	out := make([]byte, encHeader, encHeader+len(body)+chunks*encOverhead)
-	copy(out, encMagic)
-	out[4] = encVersion
-	binary.BigEndian.PutUint32(out[8:12], encChunk)
-	copy(out[12:20], e.id[:])
+	out := e.appendHeader(make([]byte, 0, encHeader+len(body)+chunks*encOverhead))
 	for i := 0; i < chunks; i++ {
-		plain := body[i*encChunk : min((i+1)*encChunk, len(body))]
-		nonce := make([]byte, 12)
-		rand.Read(nonce)
-		out = append(out, nonce...)
-		out = e.aead.Seal(out, nonce, plain, chunkAD(key, i))
+		out = e.appendChunk(out, key, i, body[i*encChunk:min((i+1)*encChunk, len(body))])
 	}
 	return out
+}
+
+func (e *Encrypted) appendHeader(out []byte) []byte {
+	out = append(out, encMagic...)
+	out = append(out, encVersion, 0, 0, 0)
+	out = binary.BigEndian.AppendUint32(out, encChunk)
+	return append(out, e.id[:]...)
+}
+
+// appendChunk appends chunk i of the object under key: a random nonce, then
+// plain sealed.
+func (e *Encrypted) appendChunk(out []byte, key string, i int, plain []byte) []byte {
+	nonce := make([]byte, 12)
+	rand.Read(nonce)
+	out = append(out, nonce...)
+	return e.aead.Seal(out, nonce, plain, chunkAD(key, i))
+}
+
+var _ FileCreator = (*Encrypted)(nil)
+
+// CreateFile implements FileCreator: the file is sealed chunk by chunk into
+// a temp file beside it, from which the wrapped store creates the object;
+// neither is held in memory whole.
+func (e *Encrypted) CreateFile(ctx context.Context, key, path string, size int64, _ string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	src, err := OpenSized(key, path, size)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".seal-*")
+	if err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	sum := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(tmp, sum), 256<<10)
+	n, err := e.sealFrom(w, key, src)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: seal %s: %w", key, path, err)
+	}
+	return CreateFromFile(ctx, e.store, key, tmp.Name(), n, hex.EncodeToString(sum.Sum(nil)))
+}
+
+// sealFrom writes the object of src's bytes under key to w, as seal lays it
+// out, and returns its size.
+func (e *Encrypted) sealFrom(w io.Writer, key string, src io.Reader) (int64, error) {
+	plain := make([]byte, encChunk)
+	out := e.appendHeader(make([]byte, 0, encChunk+encOverhead))
+	var size int64
+	for i := 0; ; i++ {
+		n, rerr := io.ReadFull(src, plain)
+		if n > 0 {
+			out = e.appendChunk(out, key, i, plain[:n])
+		}
+		if _, err := w.Write(out); err != nil {
+			return 0, err
+		}
+		size, out = size+int64(len(out)), out[:0]
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			return size, nil
+		case rerr != nil:
+			return 0, rerr
+		}
+	}
 }
 
 // Get returns the plaintext bytes r selects (Store's contract), fetching

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -83,5 +84,41 @@ func TestEncrypted_RangesKeysAndNoPlaintext(t *testing.T) {
 	}
 	if _, err := fence.Encrypt(plain, []byte("short")); !errors.Is(err, fence.ErrKey) {
 		t.Fatalf("a short key: %v", err)
+	}
+}
+
+// An object created from a file is sealed chunk by chunk on its way (no
+// plaintext reaches the store, no temp file stays beside the source) and
+// reads back whole and by range, at every size around a chunk's edge.
+func TestEncrypted_CreateFromFileStreams(t *testing.T) {
+	ctx := context.Background()
+	dir, src := t.TempDir(), t.TempDir()
+	e := encryptedLocal(t, dir, testKey(9))
+	const chunk = 64 << 10
+	for _, n := range []int{0, 1, chunk - 1, chunk, chunk + 1, 3*chunk + 5} {
+		body := bytes.Repeat([]byte("PLAINTEXT-canary "), n/17+1)[:n]
+		path := filepath.Join(src, "segment")
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("segments/%d", n)
+		if err := fence.CreateFromFile(ctx, e, key, path, int64(n), ""); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if got, err := e.Get(ctx, key, fence.Range{}); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%d bytes: read back %d bytes, %v", n, len(got), err)
+		}
+		if n >= chunk+3 {
+			if got, err := e.Get(ctx, key, fence.Range{Off: chunk - 3, Len: 6}); err != nil || !bytes.Equal(got, body[chunk-3:chunk+3]) {
+				t.Fatalf("%d bytes: the range across the first chunk's edge = %q, %v", n, got, err)
+			}
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "segments", fmt.Sprint(n)))
+		if want := 20 + n + (n+chunk-1)/chunk*28; err != nil || len(raw) != want || n > 0 && bytes.Contains(raw, []byte("PLAINTEXT")) {
+			t.Fatalf("%d bytes: stored object of %d bytes (want %d), %v, or it holds plaintext", n, len(raw), want, err)
+		}
+		if left, _ := os.ReadDir(src); len(left) != 1 {
+			t.Fatalf("%d bytes: %d files beside the source, want it alone", n, len(left))
+		}
 	}
 }
