@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/fence/fencetest"
@@ -89,4 +90,39 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("ParseURL(%q) error shows the password: %v", s, err)
 		}
 	})
+}
+
+// Opening a local store for writing removes staged objects a killed
+// process left behind once they are an hour old, and nothing younger (a
+// create of this or another process in flight); objects stay.
+func TestLocal_OpenSweepsStaleStagedObjects(t *testing.T) {
+	dir := t.TempDir()
+	st, err := fence.OpenLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Create(context.Background(), "segments/1", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, stale := range map[string]bool{"obj-old": true, "obj-young": false} {
+		path := filepath.Join(dir, ".tmp", name)
+		if err := os.WriteFile(path, []byte("half a segment"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if stale {
+			os.Chtimes(path, old, old)
+		}
+	}
+	os.Chtimes(filepath.Join(dir, "segments", "1"), old, old)
+	if _, err := fence.OpenLocal(dir); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := os.ReadDir(filepath.Join(dir, ".tmp"))
+	if len(left) != 1 || left[0].Name() != "obj-young" {
+		t.Fatalf(".tmp holds %v after open, want obj-young alone", left)
+	}
+	if got, err := st.Get(context.Background(), "segments/1", fence.Range{}); err != nil || string(got) != "kept" {
+		t.Fatalf("an old object after open: %q, %v", got, err)
+	}
 }

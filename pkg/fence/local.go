@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/silt-dev/silt/internal/durable"
 )
@@ -37,7 +38,27 @@ func OpenLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local store: %w", err)
 	}
+	sweepTmp(filepath.Join(dir, tmpDir), time.Now().Add(-staleTmp))
 	return &Local{root: dir}, nil
+}
+
+// staleTmp is the age past which a staged object is left over from a
+// process that died while creating it, not one being written now (by this
+// process or another sharing the directory).
+const staleTmp = time.Hour
+
+// sweepTmp removes the staged objects last written before cutoff: a
+// process killed while copying a merged segment in leaves up to 64 MiB.
+func sweepTmp(dir string, cutoff time.Time) {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, f := range files {
+		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
+			os.Remove(filepath.Join(dir, f.Name()))
+		}
+	}
 }
 
 // OpenLocalReadOnly opens a local store for reading only: nothing is

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/silt-dev/silt/internal/durable"
 )
@@ -81,6 +82,27 @@ func (s staged) place() error {
 func (s staged) drop() {
 	if s.err == nil {
 		os.Remove(s.tmp)
+	}
+}
+
+// staleTmp is the age past which a file in the tmp directory is left over
+// from a process that died (a merge writes its file for seconds; a commit
+// stages its files for milliseconds), not one another process is writing.
+const staleTmp = time.Hour
+
+// sweepTmp removes the files in the tmp directory last written before
+// cutoff: an archiver killed while merging leaves a merged segment of up to
+// --compact-target there, and each kill would add one.
+func (v *Volume) sweepTmp(cutoff time.Time) {
+	dir := filepath.Join(v.dir, "tmp")
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, f := range files {
+		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
+			os.Remove(filepath.Join(dir, f.Name()))
+		}
 	}
 }
 

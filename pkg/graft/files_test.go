@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -139,5 +140,44 @@ func TestVolume_DiskFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Opening a volume removes what a killed process left in its tmp directory
+// (a merged segment half written, a staged commit) once it is an hour old,
+// and nothing younger: another process may be writing it.
+func TestOpen_SweepsStaleTmpFiles(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(data, "vol", "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, stale := range map[string]bool{"m-1": true, "i-1": true, "w-2": false, "m-3": false} {
+		path := filepath.Join(tmp, name)
+		if err := os.WriteFile(path, bytes.Repeat([]byte("x"), 1<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if stale {
+			if err := os.Chtimes(path, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := Open(ctx, data, "vol", st); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	files, _ := os.ReadDir(tmp)
+	for _, f := range files {
+		left = append(left, f.Name())
+	}
+	if strings.Join(left, " ") != "m-3 w-2" {
+		t.Fatalf("tmp holds %v after open, want the two young files only", left)
 	}
 }

@@ -101,6 +101,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 			return nil, fmt.Errorf("open volume %s: %w", name, err)
 		}
 	}
+	v.sweepTmp(time.Now().Add(-staleTmp))
 	if err := v.loadLocal(); err != nil {
 		return nil, err
 	}
