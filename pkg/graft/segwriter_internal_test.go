@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -215,5 +216,91 @@ func TestMerge_SourcesFetchAheadWithinTheirBudget(t *testing.T) {
 	st.failKey = ""
 	for range cold.sources(ctx, run) {
 		break // the iterator waits for its fetches before it returns
+	}
+}
+
+// A merge that fails, on a corrupt source or a failed upload, commits
+// nothing, leaves nothing in the tmp directory and no object under the
+// merged segment's key; the next compaction, once the cause is gone,
+// merges every page once.
+func TestMerge_FailuresLeaveNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingSegments{Store: local}
+	v, err := Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := 1; i <= n; i++ {
+		if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 3000)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt := CompactOptions{MinEntries: 8}
+	nothingLeft := func(when string) {
+		t.Helper()
+		if files, _ := os.ReadDir(filepath.Join(v.dir, "tmp")); len(files) > 0 {
+			t.Fatalf("%s: %d files left in tmp (%s ...)", when, len(files), files[0].Name())
+		}
+		if s := v.Stats(); s.Entries != n {
+			t.Fatalf("%s: %d entries, want the %d unmerged", when, s.Entries, n)
+		}
+		keys, err := local.List(ctx, "vol/segments/", "", 0)
+		if err != nil || len(keys) != n {
+			t.Fatalf("%s: %d segment objects (%v), want %d", when, len(keys), err, n)
+		}
+	}
+
+	// A source whose local copy rotted: its SHA-256 no longer matches.
+	var fifth string
+	for c, err := range v.Entries(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.LSN == 5 {
+			fifth = v.localSegment(c.Segment.Key)
+		}
+	}
+	good, err := os.ReadFile(fifth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)/2] ^= 0xff
+	os.WriteFile(fifth, bad, 0o644)
+	if _, err := v.Compact(ctx, opt); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("compact over a corrupt source = %v, want ErrCorrupt", err)
+	}
+	nothingLeft("after a corrupt source")
+	os.WriteFile(fifth, good, 0o644)
+
+	// The merged segment's upload fails.
+	st.fail = true
+	if _, err := v.Compact(ctx, opt); err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("compact with a failing upload = %v, want the upload's error", err)
+	}
+	nothingLeft("after a failed upload")
+	st.fail = false
+
+	res, err := v.Compact(ctx, opt)
+	if err != nil || res.Merged != n {
+		t.Fatalf("compact = %+v, %v; want all %d entries merged", res, err, n)
+	}
+	cold, err := Open(ctx, t.TempDir(), "vol", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		got, err := cold.Read(ctx, uint64(i))
+		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 3000)) {
+			t.Fatalf("page %d after the merge: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if _, err := cold.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
