@@ -166,6 +166,7 @@ type segmentWriter struct {
 	pages   uint32 // promised by the header
 	written uint32
 	last    uint64
+	item    []byte // scratch for one index item
 	err     error
 }
 
@@ -207,9 +208,8 @@ func (s *segmentWriter) add(no uint64, rec []byte) error {
 	if s.err != nil {
 		return s.err
 	}
-	var item [indexItemSize]byte
-	appendIndexItem(item[:0], indexEntry{No: no, Off: s.off, Len: uint32(len(rec) - pageHeadSize)})
-	if _, err := s.index.Write(item[:]); err != nil {
+	s.item = appendIndexItem(s.item[:0], indexEntry{No: no, Off: s.off, Len: uint32(len(rec) - pageHeadSize)})
+	if _, err := s.index.Write(s.item); err != nil {
 		s.err = fmt.Errorf("write segment index: %w", err)
 		return s.err
 	}
