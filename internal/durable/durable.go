@@ -1,10 +1,15 @@
 // Package durable holds the two steps of a crash-safe file write shared by
 // the local object store (pkg/fence) and the local volume (pkg/graft): a
 // temp file filled and fsynced, then, after it is linked or renamed into
-// place, its directory fsynced.
+// place, its directory fsynced; and the sweep of temp files a crash left.
 package durable
 
-import "os"
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
 
 // File is what Fill needs of a freshly created temp file (an *os.File, or
 // a test's fault-injecting stand-in).
@@ -17,7 +22,16 @@ type File interface {
 
 // Fill writes body to f, fsyncs and closes it. On error the file is removed.
 func Fill(f File, body []byte) error {
-	_, err := f.Write(body)
+	return FillWith(f, func(w io.Writer) error {
+		_, err := w.Write(body)
+		return err
+	})
+}
+
+// FillWith is Fill with the content written by fill, which is handed f
+// itself (an *os.File stays one, so io.Copy into it copies in the kernel).
+func FillWith(f File, fill func(io.Writer) error) error {
+	err := fill(f)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -39,4 +53,19 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// RemoveStale removes the regular files in dir last written before cutoff:
+// temp files of a process that died before it placed them. A file being
+// written now by another process is younger than any sensible cutoff.
+func RemoveStale(dir string, cutoff time.Time) {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, f := range files {
+		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
+			os.Remove(filepath.Join(dir, f.Name()))
+		}
+	}
 }

@@ -38,28 +38,15 @@ func OpenLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local store: %w", err)
 	}
-	sweepTmp(filepath.Join(dir, tmpDir), time.Now().Add(-staleTmp))
+	durable.RemoveStale(filepath.Join(dir, tmpDir), time.Now().Add(-staleTmp))
 	return &Local{root: dir}, nil
 }
 
 // staleTmp is the age past which a staged object is left over from a
-// process that died while creating it, not one being written now (by this
-// process or another sharing the directory).
+// process that died while creating it (one killed while copying a merged
+// segment in leaves up to 64 MiB), not one being written now by this
+// process or another sharing the directory.
 const staleTmp = time.Hour
-
-// sweepTmp removes the staged objects last written before cutoff: a
-// process killed while copying a merged segment in leaves up to 64 MiB.
-func sweepTmp(dir string, cutoff time.Time) {
-	files, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, f := range files {
-		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
-			os.Remove(filepath.Join(dir, f.Name()))
-		}
-	}
-}
 
 // OpenLocalReadOnly opens a local store for reading only: nothing is
 // created, a directory that does not exist is an empty store, and Create and
@@ -84,8 +71,8 @@ func (l *Local) path(key string) (string, error) {
 
 // Create implements Store.
 func (l *Local) Create(ctx context.Context, key string, body []byte) error {
-	return l.create(ctx, key, func(f *os.File) error {
-		_, err := f.Write(body)
+	return l.create(ctx, key, func(w io.Writer) error {
+		_, err := w.Write(body)
 		return err
 	})
 }
@@ -103,8 +90,8 @@ func (l *Local) CreateFile(ctx context.Context, key, path string, size int64, _ 
 		return err
 	}
 	defer src.Close()
-	return l.create(ctx, key, func(f *os.File) error {
-		n, err := io.Copy(f, src)
+	return l.create(ctx, key, func(w io.Writer) error {
+		n, err := io.Copy(w, src)
 		if err == nil && n != size {
 			err = fmt.Errorf("copied %d bytes of %s, want %d", n, path, size)
 		}
@@ -114,7 +101,7 @@ func (l *Local) CreateFile(ctx context.Context, key, path string, size int64, _ 
 
 // create stages an object filled by fill (then fsynced) and links it to
 // key's path, which fails if the key exists.
-func (l *Local) create(ctx context.Context, key string, fill func(*os.File) error) error {
+func (l *Local) create(ctx context.Context, key string, fill func(io.Writer) error) error {
 	if l.readOnly {
 		return fmt.Errorf("create %s: %w", key, ErrReadOnly)
 	}
@@ -160,20 +147,12 @@ func linkInto(tmp, dst string) error {
 
 // writeTemp creates a file in dir, fills it with fill, fsyncs and closes
 // it. On error the file is removed.
-func writeTemp(dir string, fill func(*os.File) error) (string, error) {
+func writeTemp(dir string, fill func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(dir, "obj-*")
 	if err != nil {
 		return "", err
 	}
-	err = fill(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := durable.FillWith(f, fill); err != nil {
 		return "", err
 	}
 	return f.Name(), nil

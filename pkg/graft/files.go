@@ -88,23 +88,9 @@ func (s staged) drop() {
 // staleTmp is the age past which a file in the tmp directory is left over
 // from a process that died (a merge writes its file for seconds; a commit
 // stages its files for milliseconds), not one another process is writing.
+// An archiver killed while merging leaves up to --compact-target there,
+// and each kill would add one.
 const staleTmp = time.Hour
-
-// sweepTmp removes the files in the tmp directory last written before
-// cutoff: an archiver killed while merging leaves a merged segment of up to
-// --compact-target there, and each kill would add one.
-func (v *Volume) sweepTmp(cutoff time.Time) {
-	dir := filepath.Join(v.dir, "tmp")
-	files, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, f := range files {
-		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
-			os.Remove(filepath.Join(dir, f.Name()))
-		}
-	}
-}
 
 // readFile reads a local file.
 func readFile(path string) ([]byte, error) { return os.ReadFile(path) }

@@ -28,15 +28,8 @@ func (f *failingSegments) Create(ctx context.Context, key string, body []byte) e
 // failed commit keeps no buffer (its upload may still be reading it).
 func TestCommit_ReusesTheSegmentBuffer(t *testing.T) {
 	ctx := context.Background()
-	local, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &failingSegments{Store: local}
-	v, err := Open(ctx, t.TempDir(), "vol", st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := &failingSegments{}
+	v, local := openWrapped(t, func(l *fence.Local) fence.Store { st.Store = l; return st })
 	pages := func(first, n, size int) []Page {
 		out := make([]Page, n)
 		for i := range out {

@@ -34,6 +34,31 @@ func pageRecords(t *testing.T, lsn uint64, pages []Page) [][]byte {
 	return out
 }
 
+// openWrapped opens a volume on a new local store, seen through wrap.
+func openWrapped(t *testing.T, wrap func(*fence.Local) fence.Store) (*Volume, *fence.Local) {
+	t.Helper()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(context.Background(), t.TempDir(), "vol", wrap(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, local
+}
+
+// commitFilled commits pages 1 to n, one a commit, page i holding size
+// bytes of byte(i).
+func commitFilled(t *testing.T, v *Volume, n, size int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if _, err := v.Commit(context.Background(), []Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, size)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func spillFile(t *testing.T) *os.File {
 	t.Helper()
 	f, err := os.CreateTemp(t.TempDir(), "index-*")
@@ -156,21 +181,10 @@ func (g *gets) Get(ctx context.Context, key string, r fence.Range) ([]byte, erro
 // fetch behind.
 func TestMerge_SourcesFetchAheadWithinTheirBudget(t *testing.T) {
 	ctx := context.Background()
-	local, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &gets{Store: local}
-	w, err := Open(ctx, t.TempDir(), "vol", st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := &gets{}
+	w, _ := openWrapped(t, func(l *fence.Local) fence.Store { st.Store = l; return st })
 	const n, size = 24, 700 << 10
-	for i := 1; i <= n; i++ {
-		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, size)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	commitFilled(t, w, n, size)
 	cold, err := Open(ctx, t.TempDir(), "vol", st) // no local segment: each source is a GET
 	if err != nil {
 		t.Fatal(err)
@@ -225,21 +239,10 @@ func TestMerge_SourcesFetchAheadWithinTheirBudget(t *testing.T) {
 // merges every page once.
 func TestMerge_FailuresLeaveNothingBehind(t *testing.T) {
 	ctx := context.Background()
-	local, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &failingSegments{Store: local}
-	v, err := Open(ctx, t.TempDir(), "vol", st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := &failingSegments{}
+	v, local := openWrapped(t, func(l *fence.Local) fence.Store { st.Store = l; return st })
 	const n = 40
-	for i := 1; i <= n; i++ {
-		if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 3000)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	commitFilled(t, v, n, 3000)
 	opt := CompactOptions{MinEntries: 8}
 	nothingLeft := func(when string) {
 		t.Helper()

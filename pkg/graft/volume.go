@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/silt-dev/silt/internal/durable"
 	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -101,7 +102,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 			return nil, fmt.Errorf("open volume %s: %w", name, err)
 		}
 	}
-	v.sweepTmp(time.Now().Add(-staleTmp))
+	durable.RemoveStale(filepath.Join(v.dir, "tmp"), time.Now().Add(-staleTmp))
 	if err := v.loadLocal(); err != nil {
 		return nil, err
 	}
