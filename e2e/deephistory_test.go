@@ -130,7 +130,7 @@ func TestDeepHistory_CompactionUnderColdReadersGCAndKills(t *testing.T) {
 	}
 	gc := loop(t, env, "archiver", "gc", "--grace", "3s", "--force")
 	compact := []string{"compact", "--target", "40000", "--min-entries", "8"}
-	for _, step := range []string{"segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
+	for _, step := range []string{"segment-written", "segment-uploaded", "commit-put", "compaction-committed", "checkpoint-leaves", "checkpoint-put"} {
 		_, errOut, err := runArchiver(append(env, "SILT_FAILPOINT="+step+":1"), compact...)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
