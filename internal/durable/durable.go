@@ -55,14 +55,22 @@ func SyncDir(dir string) error {
 	return d.Sync()
 }
 
-// RemoveStale removes the regular files in dir last written before cutoff:
-// temp files of a process that died before it placed them. A file being
-// written now by another process is younger than any sensible cutoff.
-func RemoveStale(dir string, cutoff time.Time) {
+// StaleAfter is the age past which a temp file is left over from a process
+// that died before it placed it, not one being written now by this process
+// or another sharing the directory: a commit stages its files for
+// milliseconds, a merge writes its segment (up to --compact-target) for
+// seconds.
+const StaleAfter = time.Hour
+
+// RemoveStale removes the regular files in dir last written more than
+// StaleAfter ago. A killed archiver would otherwise leave one more temp file
+// per kill, forever.
+func RemoveStale(dir string) {
 	files, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	cutoff := time.Now().Add(-StaleAfter)
 	for _, f := range files {
 		if info, err := f.Info(); err == nil && info.Mode().IsRegular() && info.ModTime().Before(cutoff) {
 			os.Remove(filepath.Join(dir, f.Name()))

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/silt-dev/silt/internal/durable"
 )
@@ -38,15 +37,9 @@ func OpenLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(filepath.Join(dir, tmpDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local store: %w", err)
 	}
-	durable.RemoveStale(filepath.Join(dir, tmpDir), time.Now().Add(-staleTmp))
+	durable.RemoveStale(filepath.Join(dir, tmpDir)) // what a killed create left
 	return &Local{root: dir}, nil
 }
-
-// staleTmp is the age past which a staged object is left over from a
-// process that died while creating it (one killed while copying a merged
-// segment in leaves up to 64 MiB), not one being written now by this
-// process or another sharing the directory.
-const staleTmp = time.Hour
 
 // OpenLocalReadOnly opens a local store for reading only: nothing is
 // created, a directory that does not exist is an empty store, and Create and

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/silt-dev/silt/internal/durable"
 )
@@ -84,13 +83,6 @@ func (s staged) drop() {
 		os.Remove(s.tmp)
 	}
 }
-
-// staleTmp is the age past which a file in the tmp directory is left over
-// from a process that died (a merge writes its file for seconds; a commit
-// stages its files for milliseconds), not one another process is writing.
-// An archiver killed while merging leaves up to --compact-target there,
-// and each kill would add one.
-const staleTmp = time.Hour
 
 // readFile reads a local file.
 func readFile(path string) ([]byte, error) { return os.ReadFile(path) }

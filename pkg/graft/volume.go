@@ -102,7 +102,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 			return nil, fmt.Errorf("open volume %s: %w", name, err)
 		}
 	}
-	durable.RemoveStale(filepath.Join(v.dir, "tmp"), time.Now().Add(-staleTmp))
+	durable.RemoveStale(filepath.Join(v.dir, "tmp")) // what a killed merge or commit left
 	if err := v.loadLocal(); err != nil {
 		return nil, err
 	}
