@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -197,39 +198,93 @@ func readRange(f *os.File, key string, r Range) ([]byte, error) {
 	return b, nil
 }
 
-// List implements Store.
+// List implements Store. Directories are read in chunks and only the
+// limit smallest keys are held, so a page of a directory of a million
+// objects (gc of a volume never collected) costs the page's memory, not
+// the directory's; its time is still a read of the whole directory.
 func (l *Local) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
 	if _, err := os.Stat(l.root); errors.Is(err, fs.ErrNotExist) && l.readOnly {
 		return nil, nil // nothing was ever stored here
 	}
-	var keys []string
-	err := filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+	keys := &smallest{limit: limit}
+	base := prefix[:strings.LastIndexByte(prefix, '/')+1] // the deepest directory every key lies under
+	if err := l.listDir(ctx, base, prefix, after, keys); err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	slices.Sort(keys.keys)
+	return keys.keys, nil
+}
+
+// listDir adds the keys under the directory of key prefix rel ("" or
+// ending in "/") that start with prefix and sort after after.
+func (l *Local) listDir(ctx context.Context, rel, prefix, after string, keys *smallest) error {
+	f, err := os.Open(filepath.Join(l.root, filepath.FromSlash(rel)))
+	if errors.Is(err, fs.ErrNotExist) && rel != "" {
+		return nil // no object under it
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		entries, err := f.ReadDir(1024)
+		for _, d := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			key := rel + d.Name()
+			if !d.IsDir() {
+				if strings.HasPrefix(key, prefix) && key > after {
+					keys.add(key)
+				}
+				continue
+			}
+			if key == tmpDir {
+				continue
+			}
+			if sub := key + "/"; strings.HasPrefix(prefix, sub) || strings.HasPrefix(sub, prefix) {
+				if err := l.listDir(ctx, sub, prefix, after, keys); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel := filepath.ToSlash(strings.TrimPrefix(p, l.root+string(filepath.Separator)))
-		if d.IsDir() {
-			if rel == tmpDir || (p != l.root && !strings.HasPrefix(prefix, rel+"/") && !strings.HasPrefix(rel+"/", prefix)) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if strings.HasPrefix(rel, prefix) && rel > after {
-			keys = append(keys, rel)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	slices.Sort(keys)
-	if limit > 0 && len(keys) > limit {
-		keys = keys[:limit]
+}
+
+// smallest keeps the limit smallest keys added (every key when limit is 0),
+// unordered: a max-heap on keys while it is full.
+type smallest struct {
+	limit int
+	keys  []string
+}
+
+func (s *smallest) add(key string) {
+	switch {
+	case s.limit <= 0 || len(s.keys) < s.limit:
+		s.keys = append(s.keys, key)
+		if len(s.keys) == s.limit {
+			heap.Init(s)
+		}
+	case key < s.keys[0]:
+		s.keys[0] = key
+		heap.Fix(s, 0)
 	}
-	return keys, nil
+}
+
+func (s *smallest) Len() int           { return len(s.keys) }
+func (s *smallest) Less(i, j int) bool { return s.keys[i] > s.keys[j] }
+func (s *smallest) Swap(i, j int)      { s.keys[i], s.keys[j] = s.keys[j], s.keys[i] }
+func (s *smallest) Push(x any)         { s.keys = append(s.keys, x.(string)) }
+func (s *smallest) Pop() any {
+	k := s.keys[len(s.keys)-1]
+	s.keys = s.keys[:len(s.keys)-1]
+	return k
 }
 
 // Delete implements Store.
