@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -475,29 +477,29 @@ var ErrGraceTooShort = errors.New("gc grace too short")
 // and compaction replaces them), checkpoint roots superseded for longer
 // than grace, and the leaves only they named; and such local segment
 // files. A state a reader may hold is the current one or that of a
-// checkpoint superseded less than grace ago. GC lists the segments before
-// it reads the states, so a segment committed meanwhile is referenced by
-// the state it reads. It returns how many remote objects it deleted.
+// checkpoint superseded less than grace ago. GC reads the current state
+// first and never deletes a segment made for a commit above its head: one
+// committed meanwhile, or in flight. It lists the remote in pages (gcPage
+// keys) and holds the live segments as 16 bytes each, so a volume of a
+// million segments never collected is collected in a few tens of
+// megabytes. It returns how many remote objects it deleted.
 func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, error) {
 	if grace < MinGrace && !force {
 		return 0, fmt.Errorf("gc volume %s: %w: %s is under %s; a commit in flight could lose its segment (force to override)", v.name, ErrGraceTooShort, grace, MinGrace)
 	}
-	keys, err := v.store.List(ctx, v.name+"/segments/", "", 0)
-	if err != nil {
-		return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
-	}
 	if err := v.Refresh(ctx); err != nil {
 		return 0, err
 	}
-	referenced := map[string]bool{}
+	head := v.Head()
+	var live liveSegments
 	for c, err := range v.Entries(ctx, nil) {
 		if err != nil {
 			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
 		}
-		referenced[c.Segment.Key] = true
+		live.add(c.Segment.Key)
 	}
 	for _, c := range v.state().tail {
-		referenced[c.Segment.Key] = true // compaction commits not yet checkpointed
+		live.add(c.Segment.Key) // compaction commits not yet checkpointed
 	}
 	roots, err := v.keptRoots(ctx, grace)
 	if err != nil {
@@ -509,25 +511,90 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
 		}
 		for _, e := range entries {
-			referenced[e.Segment.Key] = true
+			live.add(e.Segment.Key)
 		}
 	}
-	deleted := 0
-	for _, k := range keys {
-		if referenced[k] || time.Since(keyTime(k)) < grace {
-			continue
-		}
-		if err := v.store.Delete(ctx, k); err != nil {
-			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
-		}
-		deleted++
+	live.seal()
+	garbage := func(key string) bool {
+		return segmentLSN(key) <= head && !live.has(key) && time.Since(keyTime(key)) >= grace
+	}
+	deleted, err := v.deleteListed(ctx, v.name+"/segments/", garbage)
+	if err != nil {
+		return deleted, err
 	}
 	n, err := v.gcCheckpoints(ctx, roots, grace)
 	deleted += n
 	if err != nil {
 		return deleted, err
 	}
-	return deleted, v.gcLocal(referenced, grace)
+	return deleted, v.gcLocal(garbage)
+}
+
+// gcPage is how many keys gc lists at a time.
+var gcPage = 50_000
+
+// deleteListed deletes the keys under prefix that garbage picks, listing
+// them a page at a time.
+func (v *Volume) deleteListed(ctx context.Context, prefix string, garbage func(key string) bool) (int, error) {
+	deleted := 0
+	for after := ""; ; {
+		keys, err := v.store.List(ctx, prefix, after, gcPage)
+		if err != nil {
+			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
+		}
+		for _, k := range keys {
+			if !garbage(k) {
+				continue
+			}
+			if err := v.store.Delete(ctx, k); err != nil {
+				return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
+			}
+			deleted++
+		}
+		if len(keys) < gcPage {
+			return deleted, nil
+		}
+		after = keys[len(keys)-1]
+	}
+}
+
+// liveSegments is a set of segment keys held as their LSN and a 64-bit
+// hash of the key: 16 bytes a segment. Two keys of one LSN whose hashes
+// collide count as one, which can only keep an orphan, never lose a live
+// segment.
+type liveSegments []liveKey
+
+type liveKey struct{ lsn, hash uint64 }
+
+func liveKeyOf(key string) liveKey { return liveKey{segmentLSN(key), keyHash(key)} }
+
+func (a liveKey) compare(b liveKey) int {
+	return cmp.Or(cmp.Compare(a.lsn, b.lsn), cmp.Compare(a.hash, b.hash))
+}
+
+func (s *liveSegments) add(key string) { *s = append(*s, liveKeyOf(key)) }
+
+// seal sorts the set; has needs it.
+func (s liveSegments) seal() { slices.SortFunc(s, liveKey.compare) }
+
+func (s liveSegments) has(key string) bool {
+	_, ok := slices.BinarySearchFunc(s, liveKeyOf(key), liveKey.compare)
+	return ok
+}
+
+func keyHash(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// segmentLSN reads the LSN a segment key <volume>/segments/<lsn>-<ms>-<writer>
+// was made for; 0 when it has none.
+func segmentLSN(key string) uint64 {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	digits, _, _ := strings.Cut(name, "-")
+	lsn, _ := strconv.ParseUint(digits, 10, 64)
+	return lsn
 }
 
 // DropOldCommits deletes the commit objects before the oldest checkpoint a
@@ -633,38 +700,40 @@ func (v *Volume) gcCheckpoints(ctx context.Context, k kept, grace time.Duration)
 	if len(k.roots) == 0 {
 		return deleted, nil
 	}
-	var nodes []string
+	garbage := func(key string) bool { return !k.nodes[key] && time.Since(keyTime(key)) >= grace }
 	for _, dir := range []string{"/index/", "/branches/"} {
-		keys, err := v.store.List(ctx, v.name+dir, "", 0)
+		n, err := v.deleteListed(ctx, v.name+dir, garbage)
+		deleted += n
 		if err != nil {
-			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
+			return deleted, err
 		}
-		nodes = append(nodes, keys...)
-	}
-	for _, key := range nodes {
-		if k.nodes[key] || time.Since(keyTime(key)) < grace {
-			continue
-		}
-		if err := v.store.Delete(ctx, key); err != nil {
-			return deleted, fmt.Errorf("gc volume %s: %w", v.name, err)
-		}
-		deleted++
 	}
 	return deleted, nil
 }
 
-func (v *Volume) gcLocal(referenced map[string]bool, grace time.Duration) error {
-	files, err := os.ReadDir(filepath.Join(v.dir, "segments"))
+// gcLocal removes the local segment files garbage picks, reading the
+// directory in chunks.
+func (v *Volume) gcLocal(garbage func(key string) bool) error {
+	dir := filepath.Join(v.dir, "segments")
+	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
-		key := v.name + "/segments/" + f.Name()
-		if !referenced[key] && time.Since(keyTime(key)) >= grace {
-			os.Remove(filepath.Join(v.dir, "segments", f.Name()))
+	defer f.Close()
+	for {
+		files, err := f.ReadDir(1024)
+		for _, file := range files {
+			if garbage(v.name + "/segments/" + file.Name()) {
+				os.Remove(filepath.Join(dir, file.Name()))
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return nil
 }
 
 // keyTime reads the creation time from a segment key

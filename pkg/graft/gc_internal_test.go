@@ -1,0 +1,127 @@
+package graft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// listLimits records the limit of every List of segments.
+type listLimits struct {
+	fence.Store
+	limits []int
+}
+
+func (s *listLimits) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if strings.HasSuffix(prefix, "/segments/") {
+		s.limits = append(s.limits, limit)
+	}
+	return s.Store.List(ctx, prefix, after, limit)
+}
+
+// TestGC_InPagesNeverAboveHead: gc lists the remote a page at a time;
+// orphans on every page are deleted, remote and local; live segments and
+// checkpoint nodes stay (a cold open reads every page once, verify
+// passes); and a segment made for a commit above the head gc read stays,
+// old and forced as it is (a commit in flight, or one made meanwhile).
+func TestGC_InPagesNeverAboveHead(t *testing.T) {
+	defer func(p int) { gcPage = p }(gcPage)
+	gcPage = 3
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := &listLimits{Store: st}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", ls, Options{CheckpointEvery: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := 1; i <= n; i++ {
+		if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Orphans of lost races and crashed uploads, written long ago, spread
+	// over the listing's pages; and the segment of a commit in flight.
+	old := func(lsn uint64, writer string) string {
+		return fmt.Sprintf("vol/segments/%s-%013d-%s", lsnName(lsn), 1000, writer)
+	}
+	var orphans []string
+	for _, lsn := range []uint64{1, 7, 8, 13, n} {
+		orphans = append(orphans, old(lsn, "lost"))
+	}
+	inFlight := old(n+1, "slow")
+	for _, k := range append(orphans, inFlight) {
+		if err := st.Create(ctx, k, []byte("not committed")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(v.dir, "segments", filepath.Base(k)), []byte("not committed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls.limits = nil
+	deleted, err := v.GC(ctx, 0, true)
+	if err != nil || deleted < len(orphans) {
+		t.Fatalf("gc deleted %d, %v; want at least the %d orphans", deleted, err, len(orphans))
+	}
+	for _, k := range orphans {
+		if _, err := st.Get(ctx, k, fence.Range{}); !errors.Is(err, fence.ErrNotFound) {
+			t.Errorf("orphan %s left: %v", k, err)
+		}
+		if _, err := os.Stat(filepath.Join(v.dir, "segments", filepath.Base(k))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("local orphan %s left: %v", k, err)
+		}
+	}
+	if _, err := st.Get(ctx, inFlight, fence.Range{}); err != nil {
+		t.Errorf("the segment of commit %d, above the head, was deleted: %v", n+1, err)
+	}
+	if _, err := os.Stat(filepath.Join(v.dir, "segments", filepath.Base(inFlight))); err != nil {
+		t.Errorf("the local segment of commit %d was deleted: %v", n+1, err)
+	}
+	pages := 0
+	for _, l := range ls.limits {
+		if l != gcPage {
+			t.Errorf("gc listed with limit %d, want pages of %d", l, gcPage)
+		}
+		pages++
+	}
+	if min := (n + len(orphans) + 1) / gcPage; pages < min {
+		t.Errorf("%d lists, want at least %d pages of segments", pages, min)
+	}
+
+	cold, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := uint64(1)
+	for c, err := range cold.Entries(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, err := cold.Segment(ctx, c)
+		if err != nil {
+			t.Fatalf("after gc: %v", err)
+		}
+		for _, no := range seg.Pages() {
+			data, err := seg.Lookup(no)
+			if err != nil || no != next || string(data) != fmt.Sprintf("page %d", no) {
+				t.Fatalf("after gc: page %d = %q, %v; want page %d", no, data, err, next)
+			}
+			next++
+		}
+	}
+	if next != n+1 {
+		t.Fatalf("after gc: %d pages read, want %d", next-1, n)
+	}
+	if _, err := cold.VerifyRemote(ctx); err != nil {
+		t.Fatalf("after gc: %v", err)
+	}
+}
