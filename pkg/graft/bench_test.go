@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/silt-dev/silt/internal/benchratio"
 	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
@@ -161,4 +163,79 @@ func BenchmarkCompaction_Ratio(b *testing.B) {
 	}
 	benchratio.Compare(b, silt, raw)
 	b.ReportMetric(objects[0], "entries-after")
+}
+
+// BenchmarkGC_Ratio: gc of 1,000 orphan segments on MinIO (the state read,
+// the segments listed a page at a time, the orphans deleted 16 at once)
+// against raw deletes of as many objects, one at a time (/serial: the
+// obvious loop, and what gc did before stop 27) and 16 at once
+// (/parallel: the store's own pace). Each round's objects are created
+// outside the timing. No goal is set: the first gc of an archive that
+// never had one deletes a segment per compacted commit.
+//
+//	go test -run '^$' -bench GC_Ratio -benchtime 5x ./pkg/graft
+func BenchmarkGC_Ratio(b *testing.B) {
+	st := s3Store(b, "minio")
+	ctx := context.Background()
+	v, err := graft.Open(ctx, b.TempDir(), "vol", st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := v.Commit(ctx, []graft.Page{{No: 1, Data: []byte("live")}}, nil); err != nil {
+		b.Fatal(err)
+	}
+	const n = 1000
+	round := 0
+	// plant creates n objects under prefix, 16 at once; segment keys of
+	// commit 1, written long ago by writers that lost.
+	plant := func(tb testing.TB, prefix string) []string {
+		round++
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s%020d-%013d-lost%d-%d", prefix, 1, 1000, round, i)
+		}
+		if err := inParallel(keys, func(k string) error { return st.Create(ctx, k, []byte("orphan")) }); err != nil {
+			tb.Fatal(err)
+		}
+		return keys
+	}
+	silt := func(tb testing.TB) int {
+		benchratio.Untimed(func() { plant(tb, "vol/segments/") })
+		if deleted, err := v.GC(ctx, 0, true); err != nil || deleted < n {
+			tb.Fatalf("gc deleted %d, %v; want %d", deleted, err, n)
+		}
+		return n
+	}
+	for _, raw := range []struct {
+		name string
+		at   int
+	}{{"serial", 1}, {"parallel", 16}} {
+		b.Run(raw.name, func(b *testing.B) {
+			benchratio.Compare(b, silt, func(tb testing.TB) int {
+				var keys []string
+				benchratio.Untimed(func() { keys = plant(tb, "raw/") })
+				del := func(k string) error { return st.Delete(ctx, k) }
+				if raw.at == 1 {
+					for _, k := range keys {
+						if err := del(k); err != nil {
+							tb.Fatal(err)
+						}
+					}
+				} else if err := inParallel(keys, del); err != nil {
+					tb.Fatal(err)
+				}
+				return n
+			})
+		})
+	}
+}
+
+// inParallel calls fn for every key, 16 at once, and returns the first error.
+func inParallel(keys []string, fn func(string) error) error {
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, k := range keys {
+		g.Go(func() error { return fn(k) })
+	}
+	return g.Wait()
 }

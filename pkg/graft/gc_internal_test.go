@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -123,5 +125,71 @@ func TestGC_InPagesNeverAboveHead(t *testing.T) {
 	}
 	if _, err := cold.VerifyRemote(ctx); err != nil {
 		t.Fatalf("after gc: %v", err)
+	}
+}
+
+// slowDeletes makes each delete take a while and records how many were in
+// flight at once.
+type slowDeletes struct {
+	fence.Store
+	mu        sync.Mutex
+	now, most int
+	fail      string // a key whose delete is refused
+}
+
+var errRefused = errors.New("delete refused")
+
+func (s *slowDeletes) Delete(ctx context.Context, key string) error {
+	if key == s.fail {
+		return errRefused
+	}
+	s.mu.Lock()
+	s.now++
+	s.most = max(s.most, s.now)
+	s.mu.Unlock()
+	time.Sleep(5 * time.Millisecond) // an object store's round trip
+	defer func() { s.mu.Lock(); s.now--; s.mu.Unlock() }()
+	return s.Store.Delete(ctx, key)
+}
+
+// TestGC_DeletesInParallel: gc keeps gcDeletes deletes in flight (a first
+// gc of a year of compacted commits is a million of them), and a failing
+// delete is gc's error.
+func TestGC_DeletesInParallel(t *testing.T) {
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowDeletes{Store: st}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", slow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Commit(ctx, []Page{{No: 1, Data: []byte("live")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const orphans = 4 * gcDeletes
+	for i := range orphans {
+		if err := st.Create(ctx, fmt.Sprintf("vol/segments/%s-%013d-lost%d", lsnName(1), 1000, i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := v.GC(ctx, 0, true)
+	if err != nil || n != orphans {
+		t.Fatalf("gc deleted %d, %v; want %d", n, err, orphans)
+	}
+	if slow.most != gcDeletes {
+		t.Fatalf("at most %d deletes in flight, want %d", slow.most, gcDeletes)
+	}
+	broken := fmt.Sprintf("vol/segments/%s-%013d-undeletable", lsnName(1), 1000)
+	for _, k := range []string{broken, broken + "-2", broken + "-3"} {
+		if err := st.Create(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.fail = broken
+	if _, err := v.GC(ctx, 0, true); !errors.Is(err, errRefused) {
+		t.Fatalf("gc with a failing delete: %v; want the delete's error", err)
 	}
 }
