@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,7 +48,7 @@ type VerifyReport struct {
 // once.
 func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	var rep VerifyReport
-	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
+	first, err := v.store.List(ctx, v.name+"/commits/", "", 1)
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
@@ -62,10 +63,27 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			ckAt[lsn], newestCk = k, max(newestCk, lsn)
 		}
 	}
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
-	start, err := cv.chainStart(ctx, keys, ckAt)
-	if err != nil {
-		return rep, err
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
+	start := chainStart(first, ckAt)
+	// The whole listing is read twice, a page at a time: every missing
+	// commit is named before anything is read, and a chain of a million
+	// commits is never held as a million keys.
+	chain := 0
+	holes := holeFinder{volume: v.name, want: start + 1}
+	for key, err := range v.listed(ctx, v.name+"/commits/") {
+		if err != nil {
+			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
+		}
+		holes.add(key)
+		chain++
+	}
+	if len(holes.out) > 0 {
+		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))
+	}
+	if start > 0 {
+		if err := cv.seed(ctx, ckAt[start]); err != nil {
+			return rep, err
+		}
 	}
 	rep.ChainStart = start
 	for lsn := range ckAt {
@@ -73,7 +91,15 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			delete(ckAt, lsn)
 		}
 	}
-	for i, key := range keys {
+	i := 0
+	for key, err := range v.listed(ctx, v.name+"/commits/") {
+		if err != nil {
+			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
+		}
+		if i == chain {
+			break // commits made since the first pass: not in the chain checked
+		}
+		i++
 		b, err := v.store.Get(ctx, key, fence.Range{})
 		if err != nil {
 			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
@@ -82,7 +108,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		if err := checkLink(v.name, c, start+uint64(i)+1, cv.prev); err != nil {
+		if err := checkLink(v.name, c, start+uint64(i), cv.prev); err != nil {
 			return rep, fmt.Errorf("%s: %w", key, err)
 		}
 		if err := cv.add(key, c); err != nil {
@@ -93,7 +119,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{})
 		}
 		if errors.Is(err, fence.ErrNotFound) {
-			cv.missing[c.LSN] = c.Segment.Key // fine if a compaction or a prune dropped it: checked at the end
+			cv.missing = append(cv.missing, c.LSN) // fine if a compaction or a prune dropped it: checked at the end
 			rep.Collected++
 		} else if err != nil {
 			return rep, fmt.Errorf("verify volume %s: commit %s: %w", v.name, key, err)
@@ -116,10 +142,32 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		}
 	}
 	for lsn, k := range ckAt {
-		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's %d commits", k, ErrCorrupt, lsn, len(keys))
+		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's %d commits", k, ErrCorrupt, lsn, chain)
 	}
 	rep.Entries = len(cv.entries)
-	return rep, cv.gone()
+	return rep, cv.gone(ctx)
+}
+
+// listed yields the keys under prefix in order, listing gcPage at a time.
+func (v *Volume) listed(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for after := ""; ; {
+			keys, err := v.store.List(ctx, prefix, after, gcPage)
+			if err != nil {
+				yield("", err)
+				return
+			}
+			for _, k := range keys {
+				if !yield(k, nil) {
+					return
+				}
+			}
+			if len(keys) < gcPage {
+				return
+			}
+			after = keys[len(keys)-1]
+		}
+	}
 }
 
 // chainVerifier follows the chain in order and keeps the volume's entries
@@ -134,7 +182,7 @@ type chainVerifier struct {
 	mono    bool
 	top     uint64
 	recent  map[uint64]Entry
-	missing map[uint64]string // segments not found, by commit
+	missing []uint64 // the commits whose segments were not found, in order
 }
 
 // derived is an entry as the chain makes it: its commit, page span and a
@@ -239,15 +287,14 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 	return nil
 }
 
-// chainStart finds where the commit chain starts: LSN 1, or, when the
-// commits before LSN s+1 were dropped (DropOldCommits), the checkpoint at
-// s, whose entries then seed the verifier. Any other hole is an error
-// naming every missing commit.
-func (cv *chainVerifier) chainStart(ctx context.Context, keys []string, ckAt map[uint64]string) (uint64, error) {
-	v := cv.v
+// chainStart finds the LSN the commit chain starts after, from the first
+// commit key (none: every commit dropped) and the checkpoints: 0, or, when
+// the commits up to s were dropped (DropOldCommits), the checkpoint at s,
+// whose entries then seed the verifier.
+func chainStart(firstKey []string, ckAt map[uint64]string) uint64 {
 	start := uint64(0)
-	if len(keys) > 0 {
-		first, _ := strconv.ParseUint(keys[0][strings.LastIndexByte(keys[0], '/')+1:], 10, 64)
+	if len(firstKey) > 0 {
+		first, _ := strconv.ParseUint(firstKey[0][strings.LastIndexByte(firstKey[0], '/')+1:], 10, 64)
 		if _, ok := ckAt[first-1]; ok && first > 1 {
 			start = first - 1
 		}
@@ -256,47 +303,54 @@ func (cv *chainVerifier) chainStart(ctx context.Context, keys []string, ckAt map
 			start = max(start, lsn)
 		}
 	}
-	if missing := missingCommits(keys, v.name, start+1); len(missing) > 0 {
-		return 0, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
-	}
-	if start == 0 {
-		return 0, nil
-	}
-	key := ckAt[start]
+	return start
+}
+
+// seed starts the verifier at the checkpoint at key: its commit and its
+// entries, checked against its totals.
+func (cv *chainVerifier) seed(ctx context.Context, key string) error {
+	v := cv.v
 	root, err := v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
-		return 0, fmt.Errorf("verify volume %s: %w", v.name, err)
+		return fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
 	ck, err := decodeCheckpoint(key, root)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	cv.prev, cv.mono = ck.CommitHash, ck.Monotonic
 	for ref, err := range v.leafRefs(ctx, ck, nil) {
 		if err != nil {
-			return 0, fmt.Errorf("checkpoint %s: %w", key, err)
+			return fmt.Errorf("checkpoint %s: %w", key, err)
 		}
 		entries, err := v.leaf(ctx, ref)
 		if err != nil {
-			return 0, fmt.Errorf("checkpoint %s: %w", key, err)
+			return fmt.Errorf("checkpoint %s: %w", key, err)
 		}
 		for _, e := range entries {
 			cv.entries, cv.bytes, cv.top = append(cv.entries, derive(e)), cv.bytes+e.Segment.Size, max(cv.top, e.hi())
 		}
 	}
 	if uint64(len(cv.entries)) != ck.Entries || cv.bytes != ck.Bytes {
-		return 0, fmt.Errorf("checkpoint %s: %w: its nodes hold %d entries of %d bytes, it says %d of %d", key, ErrCorrupt, len(cv.entries), cv.bytes, ck.Entries, ck.Bytes)
+		return fmt.Errorf("checkpoint %s: %w: its nodes hold %d entries of %d bytes, it says %d of %d", key, ErrCorrupt, len(cv.entries), cv.bytes, ck.Entries, ck.Bytes)
 	}
-	return start, nil
+	return nil
 }
 
 // gone checks, at the end of the chain, that every segment found missing
 // belongs to an entry a compaction replaced: none of the live ones.
-func (cv *chainVerifier) gone() error {
+func (cv *chainVerifier) gone(ctx context.Context) error {
 	for _, d := range cv.entries {
-		if key, ok := cv.missing[d.lsn]; ok {
-			return fmt.Errorf("verify volume %s: commit %d: %w: its segment %s is missing", cv.v.name, d.lsn, fence.ErrNotFound, key)
+		if _, missing := slices.BinarySearch(cv.missing, d.lsn); !missing {
+			continue
 		}
+		key := cv.v.commitKey(d.lsn) // read again to name the segment: only on this error
+		if b, err := cv.v.store.Get(ctx, key, fence.Range{}); err == nil {
+			if c, err := DecodeCommit(key, b); err == nil {
+				key = c.Segment.Key
+			}
+		}
+		return fmt.Errorf("verify volume %s: commit %d: %w: its segment %s is missing", cv.v.name, d.lsn, fence.ErrNotFound, key)
 	}
 	return nil
 }
@@ -404,7 +458,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(missing, ", "))
 	}
 	hashes := make([]string, 0, len(keys))
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}, missing: map[uint64]string{}}
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	for i, key := range keys {
 		obj, err := v.store.Get(ctx, key, fence.Range{})
 		if err != nil {
@@ -427,7 +481,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		switch {
 		case c.Segment.Key == "":
 		case errors.Is(err, fence.ErrNotFound):
-			cv.missing[c.LSN] = c.Segment.Key // compacted away, or an error found by gone()
+			cv.missing = append(cv.missing, c.LSN) // compacted away, or an error found by gone()
 		case err != nil:
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		default:
@@ -445,7 +499,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		hashes = append(hashes, c.Hash())
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
 	}
-	if err := cv.gone(); err != nil {
+	if err := cv.gone(ctx); err != nil {
 		return rep, err
 	}
 	os.Remove(v.localCheckpoint())
@@ -549,28 +603,25 @@ func (v *Volume) deleteListed(ctx context.Context, prefix string, garbage func(k
 	var deleted atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(gcDeletes)
-	for after := ""; ; {
-		keys, err := v.store.List(gctx, prefix, after, gcPage)
+	for k, err := range v.listed(gctx, prefix) {
 		if err != nil {
-			g.Wait()
-			return int(deleted.Load()), fmt.Errorf("gc volume %s: %w", v.name, err)
-		}
-		for _, k := range keys {
-			if !garbage(k) {
-				continue
+			if derr := g.Wait(); derr != nil {
+				err = derr // a failed delete cancelled the listing
+			} else {
+				err = fmt.Errorf("gc volume %s: %w", v.name, err)
 			}
-			g.Go(func() error {
-				if err := v.store.Delete(gctx, k); err != nil {
-					return fmt.Errorf("gc volume %s: %w", v.name, err)
-				}
-				deleted.Add(1)
-				return nil
-			})
+			return int(deleted.Load()), err
 		}
-		if len(keys) < gcPage {
-			break
+		if !garbage(k) {
+			continue
 		}
-		after = keys[len(keys)-1]
+		g.Go(func() error {
+			if err := v.store.Delete(gctx, k); err != nil {
+				return fmt.Errorf("gc volume %s: %w", v.name, err)
+			}
+			deleted.Add(1)
+			return nil
+		})
 	}
 	err := g.Wait()
 	return int(deleted.Load()), err

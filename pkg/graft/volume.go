@@ -649,19 +649,29 @@ var ErrMissingCommits = errors.New("commits missing from the remote")
 // missingCommits names the LSN ranges absent from a sorted listing of
 // commit keys (which should hold from..n).
 func missingCommits(keys []string, volume string, from uint64) []string {
-	var out []string
-	want := from
+	h := holeFinder{volume: volume, want: from}
 	for _, k := range keys {
-		lsn, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 10, 64)
-		if err != nil {
-			continue
-		}
-		if lsn > want {
-			out = append(out, rangeName(volume, want, lsn-1))
-		}
-		want = lsn + 1
+		h.add(k)
 	}
-	return out
+	return h.out
+}
+
+// holeFinder names the LSN ranges absent from commit keys added in order.
+type holeFinder struct {
+	volume string
+	want   uint64 // the next LSN expected
+	out    []string
+}
+
+func (h *holeFinder) add(key string) {
+	lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	if lsn > h.want {
+		h.out = append(h.out, rangeName(h.volume, h.want, lsn-1))
+	}
+	h.want = lsn + 1
 }
 
 func countMissing(keys []string) int {

@@ -182,14 +182,100 @@ func TestGC_DeletesInParallel(t *testing.T) {
 	if slow.most != gcDeletes {
 		t.Fatalf("at most %d deletes in flight, want %d", slow.most, gcDeletes)
 	}
-	broken := fmt.Sprintf("vol/segments/%s-%013d-undeletable", lsnName(1), 1000)
-	for _, k := range []string{broken, broken + "-2", broken + "-3"} {
-		if err := st.Create(ctx, k, []byte("x")); err != nil {
+	// A refused delete early in the listing: gc stops with its error, not
+	// with the cancelled listing's.
+	defer func(p int) { gcPage = p }(gcPage)
+	gcPage = 4
+	broken := fmt.Sprintf("vol/segments/%s-%013d-a-refused", lsnName(1), 1000)
+	for i := range 4 * gcPage {
+		if err := st.Create(ctx, fmt.Sprintf("%s-%02d", broken, i), []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	slow.fail = broken
+	slow.fail = broken + "-00"
 	if _, err := v.GC(ctx, 0, true); !errors.Is(err, errRefused) {
 		t.Fatalf("gc with a failing delete: %v; want the delete's error", err)
 	}
+}
+
+// TestVerify_InPages: verify reads the commit listing a page at a time
+// (twice: holes first) and gives the same verdicts as with one page: a
+// whole chain with compacted and collected segments passes, a hole is
+// named, a chain whose old commits were dropped starts at its checkpoint,
+// and a live segment gone is named by its key.
+func TestVerify_InPages(t *testing.T) {
+	defer func(p int) { gcPage = p }(gcPage)
+	gcPage = 3
+	ctx := context.Background()
+	build := func(t *testing.T) (*fence.Local, *Volume) {
+		st, err := fence.OpenLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 20; i++ {
+			if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return st, v
+	}
+	t.Run("compacted and collected", func(t *testing.T) {
+		_, v := build(t)
+		if _, err := v.Compact(ctx, CompactOptions{MinEntries: 8}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.GC(ctx, 0, true); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := v.VerifyRemote(ctx)
+		if err != nil || rep.Commits < 21 || rep.Collected == 0 || rep.Pages == 0 {
+			t.Fatalf("verify: %+v, %v; want every commit, some segments collected", rep, err)
+		}
+	})
+	t.Run("hole", func(t *testing.T) {
+		st, v := build(t)
+		for _, lsn := range []uint64{7, 8, 14} {
+			if err := st.Delete(ctx, v.commitKey(lsn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := v.VerifyRemote(ctx)
+		if !errors.Is(err, ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/"+lsnName(7)+".."+lsnName(8)) ||
+			!strings.Contains(err.Error(), "vol/commits/"+lsnName(14)) {
+			t.Fatalf("verify with commits 7, 8 and 14 gone: %v", err)
+		}
+	})
+	t.Run("old commits dropped", func(t *testing.T) {
+		_, v := build(t)
+		if _, err := v.DropOldCommits(ctx, 0, true, 0); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := v.VerifyRemote(ctx)
+		if err != nil || rep.ChainStart == 0 || rep.Commits != 20-int(rep.ChainStart) {
+			t.Fatalf("verify after drop-old-commits: %+v, %v", rep, err)
+		}
+	})
+	t.Run("live segment gone", func(t *testing.T) {
+		st, v := build(t)
+		var key string
+		for e, err := range v.Entries(ctx, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.LSN == 5 {
+				key = e.Segment.Key
+			}
+		}
+		if err := st.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		_, err := v.VerifyRemote(ctx)
+		if !errors.Is(err, fence.ErrNotFound) || !strings.Contains(err.Error(), key) {
+			t.Fatalf("verify with the segment of commit 5 gone: %v; want it named", err)
+		}
+	})
 }
