@@ -132,7 +132,8 @@ func TestLocal_OpenSweepsStaleStagedObjects(t *testing.T) {
 // TestLocal_ListInPages: paging through a listing with after and a small
 // limit gives every key once, in order, the same as one whole listing and
 // as the keys created; prefixes that end inside a name, nested directories
-// and a sibling directory sharing a name's start are each listed right.
+// and a sibling directory sharing a name's start are each listed right, and
+// a prefix inside an object or out of the root lists nothing.
 func TestLocal_ListInPages(t *testing.T) {
 	st, err := fence.OpenLocal(t.TempDir())
 	if err != nil {
@@ -154,7 +155,8 @@ func TestLocal_ListInPages(t *testing.T) {
 		}
 	}
 	slices.Sort(all)
-	for _, prefix := range []string{"v/segments/", "v/segments", "v/segments/001", "v/", "", "v/index/1/", "w/"} {
+	for _, prefix := range []string{"v/segments/", "v/segments", "v/segments/001", "v/", "", "v/index/1/", "w/",
+		"v/segments/00001-x/", "../", "v/../v/", "/v/"} { // the last four: inside an object, out of the root
 		var want []string
 		for _, k := range all {
 			if strings.HasPrefix(k, prefix) {

@@ -208,6 +208,9 @@ func (l *Local) List(ctx context.Context, prefix, after string, limit int) ([]st
 	}
 	keys := &smallest{limit: limit}
 	base := prefix[:strings.LastIndexByte(prefix, '/')+1] // the deepest directory every key lies under
+	if base != "" && !fs.ValidPath(strings.TrimSuffix(base, "/")) {
+		base = "" // never a path out of the root: such a prefix matches no key (CheckKey)
+	}
 	if err := l.listDir(ctx, base, prefix, after, keys); err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
@@ -226,6 +229,9 @@ func (l *Local) listDir(ctx context.Context, rel, prefix, after string, keys *sm
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.IsDir() {
+		return nil // an object: the prefix names a directory inside it
+	}
 	for {
 		entries, err := f.ReadDir(1024)
 		for _, d := range entries {
