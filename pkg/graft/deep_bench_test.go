@@ -25,8 +25,8 @@ import (
 // discarded: only the remote is kept; superseded checkpoint nodes are
 // collected as the build goes, as gc would), then opened cold by child
 // processes that count their object requests and report their peak RSS;
-// then compacted (64 MiB target), collected (gc, then gc
-// --drop-old-commits) and the objects counted.
+// then compacted (64 MiB target), collected (gc), verified (every commit
+// kept), collected again (gc --drop-old-commits) and the objects counted.
 //
 //	TMPDIR=/dev/shm SILT_DEEP_SIZES=1000,10000,100000,1000000 \
 //	  go test -run '^$' -bench DeepHistory -benchtime 1x -timeout 90m ./pkg/graft
@@ -72,11 +72,12 @@ func BenchmarkDeepHistory(b *testing.B) {
 		fmt.Printf("| %d | %s | %d | %.1f | %d | %d | %.1f | %.2f |\n", r.Commits, r.Mode, r.OpenRequests, r.OpenMS,
 			r.WindowRequests, 2*bits.Len(uint(r.Commits)), float64(r.RSS)/1024, float64(r.RSS)/float64(base[r.Mode]))
 	}
-	fmt.Printf("\n| commits | segment bytes | segments before | after compaction and gc: segments | commit objects | checkpoint objects | compaction s | peak RSS MiB: open and compaction | then gc | then drop old commits |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| commits | segment bytes | segments before | after compaction and gc: segments | commit objects | checkpoint objects | compaction s | verify s | peak RSS MiB: open and compaction | then gc | then verify | then drop old commits |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.Mode == "compact" {
-			fmt.Printf("| %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f |\n", r.Commits, r.SegmentBytes, r.SegmentsBefore, r.Segments,
-				r.CommitObjects, r.CheckpointObjects, r.CompactMS/1000, float64(r.RSSCompact)/1024, float64(r.RSSGC)/1024, float64(r.RSS)/1024)
+			fmt.Printf("| %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.Commits, r.SegmentBytes, r.SegmentsBefore, r.Segments,
+				r.CommitObjects, r.CheckpointObjects, r.CompactMS/1000, r.VerifyMS/1000, float64(r.RSSCompact)/1024, float64(r.RSSGC)/1024,
+				float64(r.RSSVerify)/1024, float64(r.RSS)/1024)
 		}
 	}
 }
@@ -111,7 +112,9 @@ type deepResult struct {
 	CheckpointObjects int     `json:"checkpoint_objects"`
 	CompactMS         float64 `json:"compact_ms"`
 	RSSCompact        int64   `json:"rss_compact_kib"` // peak RSS after the open and the compaction
-	RSSGC             int64   `json:"rss_gc_kib"`      // after gc too (then --drop-old-commits: RSS)
+	RSSGC             int64   `json:"rss_gc_kib"`      // after gc too
+	RSSVerify         int64   `json:"rss_verify_kib"`  // after verify too (then --drop-old-commits: RSS)
+	VerifyMS          float64 `json:"verify_ms"`
 	HeapSysMiB        float64 `json:"heap_sys_mib"`
 	GoSysMiB          float64 `json:"go_sys_mib"`
 }
@@ -302,6 +305,11 @@ func TestDeepChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.RSSGC = vmHWM()
+		start = time.Now()
+		if _, err := v.VerifyRemote(ctx); err != nil { // every commit kept: the whole chain
+			t.Fatal(err)
+		}
+		r.VerifyMS, r.RSSVerify = float64(time.Since(start).Microseconds())/1000, vmHWM()
 		for { // gc --drop-old-commits, 100,000 a run
 			n, err := v.DropOldCommits(ctx, 0, true, 0)
 			if err != nil {
