@@ -338,10 +338,8 @@ func (cv *chainVerifier) gone(ctx context.Context) error {
 			continue
 		}
 		key := cv.v.commitKey(d.lsn) // read again to name the segment: only on this error
-		if b, err := cv.v.store.Get(ctx, key, fence.Range{}); err == nil {
-			if c, err := DecodeCommit(key, b); err == nil {
-				key = c.Segment.Key
-			}
+		if c, err := cv.v.getCommit(ctx, d.lsn); err == nil {
+			key = c.Segment.Key
 		}
 		return fmt.Errorf("verify volume %s: commit %d: %w: its segment %s is missing", cv.v.name, d.lsn, fence.ErrNotFound, key)
 	}
