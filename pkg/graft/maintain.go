@@ -84,22 +84,25 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			delete(ckAt, lsn)
 		}
 	}
+	// The chain as it was at the first pass: commits made since are not in it.
+	inChain := func(yield func(string, error) bool) {
+		i := 0
+		for key, err := range v.listed(ctx, v.name+"/commits/") {
+			if i == chain || !yield(key, err) || err != nil {
+				return
+			}
+			i++
+		}
+	}
 	i := 0
-	for key, err := range v.listed(ctx, v.name+"/commits/") {
+	for f, err := range v.fetchAhead(ctx, inChain) {
 		if err != nil {
 			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-		}
-		if i == chain {
-			break // commits made since the first pass: not in the chain checked
 		}
 		i++
-		b, err := v.store.Get(ctx, key, fence.Range{})
-		if err != nil {
-			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-		}
-		c, err := DecodeCommit(key, b)
-		if err != nil {
-			return rep, err
+		key, c := f.key, f.c
+		if f.bad != nil {
+			return rep, f.bad
 		}
 		if err := checkLink(v.name, c, start+uint64(i), cv.prev); err != nil {
 			return rep, fmt.Errorf("%s: %w", key, err)
@@ -107,19 +110,23 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		var seg []byte
-		if c.Segment.Key != "" { // a prune commit has none
-			seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		checked, err := f.seg != nil, f.segErr
+		if errors.Is(err, errRanged) {
+			checked, err = true, v.checkRanges(ctx, c)
+		} else if checked {
+			err = checkAgainst(c.Segment.Key, f.seg, c)
 		}
-		if errors.Is(err, fence.ErrNotFound) {
+		switch {
+		case c.Segment.Key == "": // a prune commit has none
+		case errors.Is(err, fence.ErrNotFound):
 			cv.missing = append(cv.missing, c.LSN) // fine if a compaction or a prune dropped it: checked at the end
 			rep.Collected++
-		} else if err != nil {
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+			return rep, err
+		case err != nil:
 			return rep, fmt.Errorf("verify volume %s: commit %s: %w", v.name, key, err)
-		} else if seg != nil {
-			if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
-				return rep, err
-			}
+		case checked:
+			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
 		}
 		if ck, ok := ckAt[c.LSN]; ok {
 			// Every checkpoint's commit and totals; the newest one's entries too.
@@ -130,9 +137,6 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			rep.Checkpoints++
 		}
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
-		if seg != nil {
-			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+int64(len(seg))
-		}
 	}
 	for lsn, k := range ckAt {
 		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's %d commits", k, ErrCorrupt, lsn, chain)
@@ -415,11 +419,16 @@ func checkAgainst(name string, b []byte, c *Commit) error {
 	if err != nil {
 		return err
 	}
-	pages := seg.Pages()
+	return matchRanges(name, seg.index, c)
+}
+
+// matchRanges checks that a segment's index holds exactly the pages of its
+// commit's ranges.
+func matchRanges(name string, index []indexEntry, c *Commit) error {
 	i := 0
 	for _, r := range c.Ranges {
 		for no := r.Lo; ; no++ {
-			if i >= len(pages) || pages[i] != no {
+			if i >= len(index) || index[i].No != no {
 				return fmt.Errorf("segment %s: %w: pages differ from commit %d's ranges at page %d", name, ErrCorrupt, c.LSN, no)
 			}
 			i++
@@ -428,8 +437,8 @@ func checkAgainst(name string, b []byte, c *Commit) error {
 			}
 		}
 	}
-	if i != len(pages) {
-		return fmt.Errorf("segment %s: %w: %d pages beyond commit %d's ranges", name, ErrCorrupt, len(pages)-i, c.LSN)
+	if i != len(index) {
+		return fmt.Errorf("segment %s: %w: %d pages beyond commit %d's ranges", name, ErrCorrupt, len(index)-i, c.LSN)
 	}
 	return nil
 }

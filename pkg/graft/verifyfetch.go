@@ -1,0 +1,211 @@
+package graft
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"iter"
+	"slices"
+	"sync"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// Verify reads ahead: a chain of a million commits is two million GETs,
+// days one at a time against an object store 20-50 ms away. It keeps
+// verifyAhead commits in flight (each commit object, then its segment when
+// that is at most verifyWholeMax), checks them in chain order, and reads
+// larger segments by ranges of verifyRange bytes: memory stays within
+// (verifyAhead + 1) × 4 MiB, whatever the segments' size.
+var (
+	verifyAhead    = 8
+	verifyWholeMax = int64(4 << 20)
+	verifyRange    = int64(4 << 20)
+)
+
+// errRanged marks a segment left for a ranged read, in order.
+var errRanged = errors.New("segment left for a ranged read")
+
+// verified is one commit as fetched ahead: the commit (or why its object
+// does not decode) and its segment when small (seg), missing (segErr wraps
+// fence.ErrNotFound) or left for a ranged read (segErr is errRanged).
+type verified struct {
+	key    string
+	c      *Commit
+	bad    error
+	seg    []byte
+	segErr error
+}
+
+// fetchAhead yields, in order, the commit objects named by keys with their
+// small segments, fetching up to verifyAhead at once.
+func (v *Volume) fetchAhead(ctx context.Context, keys iter.Seq2[string, error]) iter.Seq2[verified, error] {
+	return func(yield func(verified, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		type result struct {
+			f   verified
+			err error
+		}
+		queue := make(chan chan result, verifyAhead-1) // with the one awaited: verifyAhead in flight
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(queue)
+			for key, err := range keys {
+				out := make(chan result, 1)
+				select { // queued first: the queue bounds the fetches in flight
+				case queue <- out:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					out <- result{err: err}
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					f, err := v.fetchVerified(ctx, key)
+					out <- result{f, err}
+				}()
+			}
+		}()
+		defer func() { cancel(); wg.Wait() }()
+		for out := range queue {
+			r := <-out
+			if !yield(r.f, r.err) || r.err != nil {
+				return
+			}
+		}
+	}
+}
+
+// fetchVerified GETs one commit object and, when it is small, its segment.
+func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error) {
+	f := verified{key: key}
+	obj, err := v.store.Get(ctx, key, fence.Range{})
+	if err != nil {
+		return f, err
+	}
+	if f.c, f.bad = DecodeCommit(key, obj); f.bad != nil {
+		return f, nil // named in chain order, at its place
+	}
+	switch seg := f.c.Segment; {
+	case seg.Key == "": // a prune commit
+	case seg.Size > verifyWholeMax:
+		f.segErr = errRanged
+	default:
+		f.seg, f.segErr = v.store.Get(ctx, seg.Key, fence.Range{})
+	}
+	return f, nil
+}
+
+// checkRanges verifies c's remote segment as checkAgainst verifies a whole
+// one (size and SHA-256, header, trailer checksum, index, every page's
+// checksum, pages against the commit's ranges), reading it in order by
+// ranges of verifyRange bytes: it holds one range and the index.
+func (v *Volume) checkRanges(ctx context.Context, c *Commit) error {
+	key, size := c.Segment.Key, c.Segment.Size
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("segment %s: %w: %s", key, ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	get := func(off, n int64) ([]byte, error) {
+		b, err := v.store.Get(ctx, key, fence.Range{Off: off, Len: n})
+		if err == nil && int64(len(b)) != n {
+			err = fail("%d bytes at %d, want %d: the object's size differs from commit %d's %d", len(b), off, n, c.LSN, size)
+		}
+		return b, err
+	}
+	if size < headerSize+trailerSize {
+		return fail("commit %d says %d bytes, shorter than header and trailer", c.LSN, size)
+	}
+	tail, err := get(size-trailerSize, trailerSize)
+	if err != nil {
+		return err
+	}
+	if string(tail[20:]) != trailerMagic {
+		return fail("bad trailer magic")
+	}
+	indexOff, indexLen := int64(binary.BigEndian.Uint64(tail)), int64(binary.BigEndian.Uint64(tail[8:]))
+	if indexOff < headerSize || indexOff+indexLen != size-trailerSize || indexLen%indexItemSize != 0 {
+		return fail("index at %d+%d does not fit a segment of %d bytes", indexOff, indexLen, size)
+	}
+	ib, err := get(indexOff, indexLen)
+	if err != nil {
+		return err
+	}
+	index, err := decodeIndex(ib, uint64(indexOff))
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := matchRanges(key, index, c); err != nil {
+		return err
+	}
+	// Records in file order (both writers lay them out by page number: the
+	// index's order); the buffer keeps the bytes from the first record not
+	// yet checked.
+	byOff := slices.SortedFunc(slices.Values(index), func(a, b indexEntry) int { return cmp.Compare(a.Off, b.Off) })
+	sum, tcrc := sha256.New(), uint32(0)
+	crcEnd := size - trailerSize + 16 // the trailer's checksum covers the bytes before it
+	var buf []byte                    // bytes from bufAt on
+	bufAt, next := int64(0), 0
+	for at := int64(0); at < size; {
+		n := min(verifyRange, size-at)
+		if at+n == size {
+			n++ // one byte more than the commit names: the object must not have it
+		}
+		b, err := v.store.Get(ctx, key, fence.Range{Off: at, Len: n})
+		if err != nil {
+			return err
+		}
+		if at+int64(len(b)) != min(at+n, size) {
+			return fail("%d bytes at %d: the object's size differs from commit %d's %d", len(b), at, c.LSN, size)
+		}
+		if at == 0 {
+			h, err := decodeHeader(b[:headerSize])
+			if err != nil {
+				return fmt.Errorf("segment %s: %w", key, err)
+			}
+			if h.LSN != c.LSN || int(h.Pages) != len(index) {
+				return fail("header says LSN %d and %d pages; commit %d, index of %d", h.LSN, h.Pages, c.LSN, len(index))
+			}
+		}
+		sum.Write(b)
+		if at < crcEnd {
+			tcrc = crc32.Update(tcrc, castagnoli, b[:min(int64(len(b)), crcEnd-at)])
+		}
+		buf = append(buf, b...)
+		at += int64(len(b))
+		for ; next < len(byOff); next++ {
+			e := byOff[next]
+			lo, hi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
+			if hi > at {
+				break
+			}
+			if _, err := checkPage(buf[lo-bufAt:hi-bufAt], e); err != nil {
+				return fmt.Errorf("segment %s: %w", key, err)
+			}
+		}
+		keep := at // nothing before the next record is needed again
+		if next < len(byOff) {
+			keep = min(keep, int64(byOff[next].Off))
+		}
+		if keep > bufAt {
+			buf = append(buf[:0], buf[keep-bufAt:]...)
+			bufAt = keep
+		}
+	}
+	if hex.EncodeToString(sum.Sum(nil)) != c.Segment.SHA256 {
+		return fail("SHA-256 differs from commit %d", c.LSN)
+	}
+	if tcrc != binary.BigEndian.Uint32(tail[16:]) {
+		return fail("trailer checksum mismatch")
+	}
+	return nil
+}
