@@ -84,18 +84,8 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			delete(ckAt, lsn)
 		}
 	}
-	// The chain as it was at the first pass: commits made since are not in it.
-	inChain := func(yield func(string, error) bool) {
-		i := 0
-		for key, err := range v.listed(ctx, v.name+"/commits/") {
-			if i == chain || !yield(key, err) || err != nil {
-				return
-			}
-			i++
-		}
-	}
 	i := 0
-	for f, err := range v.fetchAhead(ctx, inChain) {
+	for f, err := range v.fetchAhead(ctx, v.chainKeys(ctx, chain)) {
 		if err != nil {
 			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 		}
@@ -112,7 +102,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		}
 		checked, err := f.seg != nil, f.segErr
 		if errors.Is(err, errRanged) {
-			checked, err = true, v.checkRanges(ctx, c)
+			checked, err = true, v.checkRanges(ctx, c, nil)
 		} else if checked {
 			err = checkAgainst(c.Segment.Key, f.seg, c)
 		}
@@ -445,70 +435,88 @@ func matchRanges(name string, index []indexEntry, c *Commit) error {
 
 // Pull rebuilds the local copy from the remote: every commit and segment is
 // fetched, verified and written locally, replacing what was there; the
-// newest checkpoint the chain confirms becomes the local base.
+// newest checkpoint the chain confirms becomes the local base. It lists and
+// reads as verify does: in pages, 8 commits ahead, segments over 4 MiB by
+// ranges streamed into their local file.
 func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var rep VerifyReport
-	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
-	if err != nil {
-		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-	}
-	if missing := missingCommits(keys, v.name, 1); len(missing) > 0 {
-		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(missing, ", "))
-	}
-	hashes := make([]string, 0, len(keys))
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
-	for i, key := range keys {
-		obj, err := v.store.Get(ctx, key, fence.Range{})
+	holes := holeFinder{volume: v.name, want: 1}
+	chain := 0
+	for key, err := range v.listed(ctx, v.name+"/commits/") {
 		if err != nil {
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		}
-		c, err := DecodeCommit(key, obj)
-		if err != nil {
-			return rep, err
+		holes.add(key)
+		chain++
+	}
+	if len(holes.out) > 0 {
+		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))
+	}
+	// The newest checkpoint becomes the base if the chain confirms it: its
+	// commit's hash is taken on the way.
+	var ckKey, ckHash string
+	var ckLSN uint64
+	if cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1); err == nil && len(cks) == 1 {
+		if lsn, ok := checkpointLSN(cks[0]); ok && lsn >= 1 && lsn <= uint64(chain) {
+			ckKey, ckLSN = cks[0], lsn
 		}
-		if err := checkLink(v.name, c, uint64(i)+1, cv.prev); err != nil {
+	}
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
+	i := 0
+	for f, err := range v.fetchAhead(ctx, v.chainKeys(ctx, chain)) {
+		if err != nil {
+			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
+		}
+		i++
+		key, c := f.key, f.c
+		if f.bad != nil {
+			return rep, f.bad
+		}
+		if err := checkLink(v.name, c, uint64(i), cv.prev); err != nil {
 			return rep, fmt.Errorf("%s: %w", key, err)
 		}
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		var seg []byte
-		if c.Segment.Key != "" { // a prune commit has none
-			seg, err = v.store.Get(ctx, c.Segment.Key, fence.Range{})
+		err := f.segErr
+		switch {
+		case c.Segment.Key == "": // a prune commit has none
+		case errors.Is(err, errRanged):
+			err = v.pullRanged(ctx, c)
+		case err == nil:
+			if err = checkAgainst(c.Segment.Key, f.seg, c); err == nil {
+				err = v.writeFile(v.localSegment(c.Segment.Key), f.seg)
+			}
 		}
 		switch {
 		case c.Segment.Key == "":
 		case errors.Is(err, fence.ErrNotFound):
 			cv.missing = append(cv.missing, c.LSN) // compacted away, or an error found by gone()
+		case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+			return rep, err
 		case err != nil:
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		default:
-			if err := checkAgainst(c.Segment.Key, seg, c); err != nil {
-				return rep, err
-			}
-			if err := v.writeFile(v.localSegment(c.Segment.Key), seg); err != nil {
-				return rep, err
-			}
-			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+int64(len(seg))
+			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
 		}
-		if err := v.writeCommitFile(c.LSN, obj); err != nil {
+		if err := v.writeCommitFile(c.LSN, c.raw); err != nil {
 			return rep, err
 		}
-		hashes = append(hashes, c.Hash())
+		if c.LSN == ckLSN {
+			ckHash = c.Hash()
+		}
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
 	}
 	if err := cv.gone(ctx); err != nil {
 		return rep, err
 	}
 	os.Remove(v.localCheckpoint())
-	if cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1); err == nil && len(cks) == 1 {
-		if lsn, ok := checkpointLSN(cks[0]); ok && lsn >= 1 && lsn <= uint64(len(hashes)) {
-			if root, err := v.store.Get(ctx, cks[0], fence.Range{}); err == nil {
-				if ck, err := decodeCheckpoint(cks[0], root); err == nil && ck.CommitHash == hashes[lsn-1] {
-					v.writeFile(v.localCheckpoint(), root)
-				}
+	if ckHash != "" {
+		if root, err := v.store.Get(ctx, ckKey, fence.Range{}); err == nil {
+			if ck, err := decodeCheckpoint(ckKey, root); err == nil && ck.CommitHash == ckHash {
+				v.writeFile(v.localCheckpoint(), root)
 			}
 		}
 	}

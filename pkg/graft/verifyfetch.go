@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"iter"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -86,6 +89,44 @@ func (v *Volume) fetchAhead(ctx context.Context, keys iter.Seq2[string, error]) 
 	}
 }
 
+// chainKeys yields the first n commit keys: the chain as a first pass
+// counted it (commits made since are not in it).
+func (v *Volume) chainKeys(ctx context.Context, n int) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		i := 0
+		for key, err := range v.listed(ctx, v.name+"/commits/") {
+			if i == n || !yield(key, err) || err != nil {
+				return
+			}
+			i++
+		}
+	}
+}
+
+// pullRanged checks c's large segment by ranges (checkRanges) while
+// writing them to a temp file, which becomes its local file once the whole
+// segment checks out.
+func (v *Volume) pullRanged(ctx context.Context, c *Commit) error {
+	path := v.localSegment(c.Segment.Key)
+	fsys := v.files()
+	f, err := fsys.CreateTemp(filepath.Join(v.dir, "tmp"), "p-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	err = v.checkRanges(ctx, c, f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return staged{path: path, tmp: f.Name(), fs: fsys}.place()
+}
+
 // fetchVerified GETs one commit object and, when it is small, its segment.
 func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error) {
 	f := verified{key: key}
@@ -109,8 +150,9 @@ func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error
 // checkRanges verifies c's remote segment as checkAgainst verifies a whole
 // one (size and SHA-256, header, trailer checksum, index, every page's
 // checksum, pages against the commit's ranges), reading it in order by
-// ranges of verifyRange bytes: it holds one range and the index.
-func (v *Volume) checkRanges(ctx context.Context, c *Commit) error {
+// ranges of verifyRange bytes: it holds one range and the index. With a
+// sink, every range is written to it as it is read (pull).
+func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) error {
 	key, size := c.Segment.Key, c.Segment.Size
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("segment %s: %w: %s", key, ErrCorrupt, fmt.Sprintf(format, args...))
@@ -177,6 +219,11 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit) error {
 			}
 		}
 		sum.Write(b)
+		if sink != nil {
+			if _, err := sink.Write(b); err != nil {
+				return fmt.Errorf("volume %s: %w", v.name, err)
+			}
+		}
 		if at < crcEnd {
 			tcrc = crc32.Update(tcrc, castagnoli, b[:min(int64(len(b)), crcEnd-at)])
 		}

@@ -155,3 +155,112 @@ func TestVerify_LargeSegmentsByRanges(t *testing.T) {
 		})
 	}
 }
+
+// TestPull_AheadAndByRanges: pull reads 8 commits ahead, streams segments
+// over verifyWholeMax into their local files by ranges, and the pulled
+// copy then reads every page with the remote refusing every GET. A large
+// segment that is corrupt fails the pull by name and leaves no file
+// behind, neither its local file nor a temp file.
+func TestPull_AheadAndByRanges(t *testing.T) {
+	defer func(w, r int64) { verifyWholeMax, verifyRange = w, r }(verifyWholeMax, verifyRange)
+	verifyWholeMax, verifyRange = 300, 100
+	ctx := context.Background()
+	root := t.TempDir()
+	st, err := fence.OpenLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64][]byte{}
+	for c := range 24 {
+		var pages []Page
+		for p := range 1 + c%3 {
+			no := uint64(c*3 + p)
+			want[no] = bytes.Repeat([]byte{byte(no)}, 7+int(no)*37%300)
+			pages = append(pages, Page{No: no, Data: want[no]})
+		}
+		if _, err := v.Commit(ctx, pages, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.Compact(ctx, CompactOptions{MinEntries: 4}); err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowGets{Store: st}
+	dir := t.TempDir()
+	p, err := OpenWith(ctx, dir, "vol", slow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := p.Pull(ctx)
+	if err != nil || rep.Commits != int(v.Head()) || rep.Segments == 0 {
+		t.Fatalf("pull: %+v, %v", rep, err)
+	}
+	if slow.most != verifyAhead {
+		t.Fatalf("at most %d GETs in flight, want %d", slow.most, verifyAhead)
+	}
+	var ranged int
+	for c, err := range p.Entries(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Segment.Size > verifyWholeMax {
+			ranged++
+		}
+	}
+	if ranged == 0 {
+		t.Fatal("no segment over verifyWholeMax: the ranged path is not tested")
+	}
+	offline := &refuseAll{slow}
+	p.store = offline
+	for no, data := range want {
+		got, err := p.Read(ctx, no)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("page %d after pull, remote refusing: %q, %v", no, got, err)
+		}
+	}
+	if _, err := p.VerifyLocal(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A large live segment appended to: corrupt, named, nothing left behind.
+	var key string
+	for c, err := range v.Entries(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Segment.Size > verifyWholeMax {
+			key = c.Segment.Key
+		}
+	}
+	path := filepath.Join(root, filepath.FromSlash(key))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(path, 0o644)
+	if err := os.WriteFile(path, append(b, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Pull(ctx); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("pull of a corrupt large segment: %v; want corrupt, naming %s", err, key)
+	}
+	if _, err := os.Stat(q.localSegment(key)); !os.IsNotExist(err) {
+		t.Fatalf("the corrupt segment's local file: %v; want none", err)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(q.dir, "tmp")); len(tmp) > 0 {
+		t.Fatalf("temp files left: %v", tmp)
+	}
+}
+
+// refuseAll is a remote that refuses every GET.
+type refuseAll struct{ fence.Store }
+
+func (refuseAll) Get(context.Context, string, fence.Range) ([]byte, error) { return nil, errGetRefused }
