@@ -11,11 +11,11 @@ import (
 	"hash/crc32"
 	"io"
 	"iter"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 
+	"github.com/silt-dev/silt/internal/durable"
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
@@ -113,15 +113,7 @@ func (v *Volume) pullRanged(ctx context.Context, c *Commit) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	err = v.checkRanges(ctx, c, f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := durable.FillWith(f, func(w io.Writer) error { return v.checkRanges(ctx, c, w) }); err != nil {
 		return err
 	}
 	return staged{path: path, tmp: f.Name(), fs: fsys}.place()

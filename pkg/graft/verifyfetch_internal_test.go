@@ -130,23 +130,8 @@ func TestVerify_LargeSegmentsByRanges(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					root, v := build(t)
-					var key string // the newest live segment
-					for c, err := range v.Entries(ctx, nil) {
-						if err != nil {
-							t.Fatal(err)
-						}
-						key = c.Segment.Key
-					}
-					path := filepath.Join(root, filepath.FromSlash(key))
-					b, err := os.ReadFile(path)
-					if err != nil {
-						t.Fatal(err)
-					}
-					os.Chmod(path, 0o644)
-					if err := os.WriteFile(path, tc.change(b), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					_, err = v.VerifyRemote(ctx)
+					key := rewriteNewest(t, root, v, 0, tc.change)
+					_, err := v.VerifyRemote(ctx)
 					if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) {
 						t.Fatalf("verify: %v; want corrupt, naming %s", err, key)
 					}
@@ -227,24 +212,7 @@ func TestPull_AheadAndByRanges(t *testing.T) {
 	}
 
 	// A large live segment appended to: corrupt, named, nothing left behind.
-	var key string
-	for c, err := range v.Entries(ctx, nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Segment.Size > verifyWholeMax {
-			key = c.Segment.Key
-		}
-	}
-	path := filepath.Join(root, filepath.FromSlash(key))
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(path, 0o644)
-	if err := os.WriteFile(path, append(b, 0), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	key := rewriteNewest(t, root, v, verifyWholeMax, func(b []byte) []byte { return append(b, 0) })
 	q, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -264,3 +232,28 @@ func TestPull_AheadAndByRanges(t *testing.T) {
 type refuseAll struct{ fence.Store }
 
 func (refuseAll) Get(context.Context, string, fence.Range) ([]byte, error) { return nil, errGetRefused }
+
+// rewriteNewest changes, in the local store at root, the object of the
+// newest live segment of v larger than over, and returns its key.
+func rewriteNewest(t *testing.T, root string, v *Volume, over int64, change func([]byte) []byte) string {
+	t.Helper()
+	var key string
+	for c, err := range v.Entries(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Segment.Size > over {
+			key = c.Segment.Key
+		}
+	}
+	path := filepath.Join(root, filepath.FromSlash(key))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(path, 0o644)
+	if err := os.WriteFile(path, change(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
