@@ -182,13 +182,13 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 		return err
 	}
 	// Records in file order (both writers lay them out by page number: the
-	// index's order); the buffer keeps the bytes from the first record not
-	// yet checked.
+	// index's order). A record inside a range is checked there; one that
+	// straddles ranges is carried: the bytes from its start (carryAt) on.
 	byOff := slices.SortedFunc(slices.Values(index), func(a, b indexEntry) int { return cmp.Compare(a.Off, b.Off) })
 	sum, tcrc := sha256.New(), uint32(0)
 	crcEnd := size - trailerSize + 16 // the trailer's checksum covers the bytes before it
-	var buf []byte                    // bytes from bufAt on
-	bufAt, next := int64(0), 0
+	var carry []byte
+	carryAt, next := int64(0), 0
 	for at := int64(0); at < size; {
 		n := min(verifyRange, size-at)
 		if at+n == size {
@@ -219,25 +219,32 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 		if at < crcEnd {
 			tcrc = crc32.Update(tcrc, castagnoli, b[:min(int64(len(b)), crcEnd-at)])
 		}
-		buf = append(buf, b...)
+		lo := at // b holds [lo, at)
 		at += int64(len(b))
 		for ; next < len(byOff); next++ {
 			e := byOff[next]
-			lo, hi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
-			if hi > at {
+			rlo, rhi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
+			if rhi > at {
 				break
 			}
-			if _, err := checkPage(buf[lo-bufAt:hi-bufAt], e); err != nil {
+			rec := b[max(rlo-lo, 0) : rhi-lo]
+			if rlo < lo { // begun in a range before: carried
+				rec = append(slices.Clip(carry[rlo-carryAt:]), rec...)
+			}
+			if _, err := checkPage(rec, e); err != nil {
 				return fmt.Errorf("segment %s: %w", key, err)
 			}
 		}
-		keep := at // nothing before the next record is needed again
-		if next < len(byOff) {
-			keep = min(keep, int64(byOff[next].Off))
-		}
-		if keep > bufAt {
-			buf = append(buf[:0], buf[keep-bufAt:]...)
-			bufAt = keep
+		switch {
+		case next == len(byOff) || int64(byOff[next].Off) >= at:
+			carry = carry[:0]
+		case int64(byOff[next].Off) >= lo:
+			carryAt = int64(byOff[next].Off)
+			carry = append(carry[:0], b[carryAt-lo:]...)
+		default: // a record longer than a range: its start is carried already
+			from := int64(byOff[next].Off)
+			carry = append(carry[:copy(carry, carry[from-carryAt:])], b...)
+			carryAt = from
 		}
 	}
 	if hex.EncodeToString(sum.Sum(nil)) != c.Segment.SHA256 {
