@@ -183,7 +183,7 @@ func buildDeep(remote string, n int) error {
 type CountingStore struct {
 	fence.Store
 	Creates, Gets, Lists atomic.Int64
-	FullLists            atomic.Int64 // lists of a whole prefix (no limit)
+	FullLists            atomic.Int64 // lists of a whole prefix (no limit, or a walk's page)
 }
 
 func (c *CountingStore) Create(ctx context.Context, k string, b []byte) error {
@@ -205,7 +205,7 @@ func (c *CountingStore) Get(ctx context.Context, k string, r fence.Range) ([]byt
 
 func (c *CountingStore) List(ctx context.Context, p, a string, n int) ([]string, error) {
 	c.Lists.Add(1)
-	if n == 0 {
+	if n == 0 || n >= 1000 { // no limit, or a page of a walk over the whole prefix
 		c.FullLists.Add(1)
 	}
 	return c.Store.List(ctx, p, a, n)

@@ -19,10 +19,12 @@ import (
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
-// Verify reads ahead: a chain of a million commits is two million GETs,
-// days one at a time against an object store 20-50 ms away. It keeps
-// verifyAhead commits in flight (each commit object, then its segment when
-// that is at most verifyWholeMax), checks them in chain order, and reads
+// Walks of the whole chain read ahead: verify, pull and the chain's read
+// (an open with no usable checkpoint, reindex). A chain of a million
+// commits is a million GETs, two million with segments: days one at a
+// time against an object store 20-50 ms away. They keep verifyAhead
+// commits in flight (verify and pull: each commit object, then its segment
+// when that is at most verifyWholeMax), use them in chain order, and read
 // larger segments by ranges of verifyRange bytes: memory stays within
 // (verifyAhead + 1) × 4 MiB, whatever the segments' size.
 var (
@@ -45,14 +47,14 @@ type verified struct {
 	segErr error
 }
 
-// fetchAhead yields, in order, the commit objects named by keys with their
-// small segments, fetching up to verifyAhead at once.
-func (v *Volume) fetchAhead(ctx context.Context, keys iter.Seq2[string, error]) iter.Seq2[verified, error] {
-	return func(yield func(verified, error) bool) {
+// fetchAhead yields fetch's results for keys, in order, running up to
+// verifyAhead fetches at once. The first error ends it.
+func fetchAhead[T any](ctx context.Context, keys iter.Seq2[string, error], fetch func(context.Context, string) (T, error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		type result struct {
-			f   verified
+			v   T
 			err error
 		}
 		queue := make(chan chan result, verifyAhead-1) // with the one awaited: verifyAhead in flight
@@ -74,15 +76,15 @@ func (v *Volume) fetchAhead(ctx context.Context, keys iter.Seq2[string, error]) 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					f, err := v.fetchVerified(ctx, key)
-					out <- result{f, err}
+					v, err := fetch(ctx, key)
+					out <- result{v, err}
 				}()
 			}
 		}()
 		defer func() { cancel(); wg.Wait() }()
 		for out := range queue {
 			r := <-out
-			if !yield(r.f, r.err) || r.err != nil {
+			if !yield(r.v, r.err) || r.err != nil {
 				return
 			}
 		}

@@ -312,3 +312,48 @@ func TestCheckRanges_EveryPageChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadChain_Ahead: a cold open with no checkpoint to start from reads
+// the whole chain 8 commits at once, in order (head, pages, local commit
+// files as they would be one at a time).
+func TestReadChain_Ahead(t *testing.T) {
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := 1; i <= n; i++ {
+		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := &slowGets{Store: st}
+	r, err := OpenWith(ctx, t.TempDir(), "vol", slow, Options{CheckpointEvery: -1})
+	if err != nil || r.Head() != n {
+		t.Fatalf("cold open: head %d, %v", r.Head(), err)
+	}
+	if slow.most != verifyAhead {
+		t.Fatalf("at most %d GETs in flight, want %d", slow.most, verifyAhead)
+	}
+	for i := uint64(1); i <= n; i++ {
+		if got, err := r.Read(ctx, i); err != nil || string(got) != fmt.Sprint("page ", i) {
+			t.Fatalf("page %d: %q, %v", i, got, err)
+		}
+	}
+	if rep, err := r.VerifyLocal(ctx); err != nil || rep.Commits != n {
+		t.Fatalf("local copy: %+v, %v", rep, err)
+	}
+	// A hole: named, with the chain's length, before anything is read.
+	if err := st.Delete(ctx, w.commitKey(7)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: -1})
+	if !errors.Is(err, ErrMissingCommits) || !strings.Contains(err.Error(), "lacks vol/commits/"+lsnName(7)+" of a chain of 40 commits") {
+		t.Fatalf("cold open with commit 7 gone: %v", err)
+	}
+}

@@ -619,20 +619,37 @@ func (v *Volume) readChain(ctx context.Context) error { return v.readChainFrom(c
 // readChainFrom is readChain; without rebase the checkpoints the commits
 // name are not adopted (RebuildIndex distrusts them).
 func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
-	keys, err := v.store.List(ctx, v.name+"/commits/", "", 0)
-	if err != nil {
-		return fmt.Errorf("refresh volume %s: %w", v.name, err)
+	holes := holeFinder{volume: v.name, want: 1}
+	n := 0
+	for key, err := range v.listed(ctx, v.name+"/commits/") {
+		if err != nil {
+			return fmt.Errorf("refresh volume %s: %w", v.name, err)
+		}
+		holes.add(key)
+		n++
 	}
-	if missing := missingCommits(keys, v.name, 1); len(missing) > 0 {
+	if len(holes.out) > 0 {
 		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
 			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
-			v.name, ErrMissingCommits, strings.Join(missing, ", "), len(keys)+countMissing(keys))
+			v.name, ErrMissingCommits, strings.Join(holes.out, ", "), holes.want-1)
 	}
-	for i := range keys {
-		c, err := v.fetchCommit(ctx, uint64(i)+1)
+	// Commits are fetched and written locally ahead, 8 at once; linked in order.
+	fetch := func(ctx context.Context, key string) (*Commit, error) {
+		lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w: commit key %s", v.name, ErrCorrupt, key)
+		}
+		c, err := v.getCommit(ctx, lsn)
+		if err != nil {
+			return nil, err
+		}
+		return c, v.writeFile(v.localCommit(c.LSN), c.raw)
+	}
+	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, n), fetch) {
 		if err != nil {
 			return err
 		}
+		v.hint(c.LSN)
 		if err := v.link(c); err != nil {
 			return err
 		}
@@ -645,16 +662,6 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 
 // ErrMissingCommits: the remote chain has a hole.
 var ErrMissingCommits = errors.New("commits missing from the remote")
-
-// missingCommits names the LSN ranges absent from a sorted listing of
-// commit keys (which should hold from..n).
-func missingCommits(keys []string, volume string, from uint64) []string {
-	h := holeFinder{volume: volume, want: from}
-	for _, k := range keys {
-		h.add(k)
-	}
-	return h.out
-}
 
 // holeFinder names the LSN ranges absent from commit keys added in order.
 type holeFinder struct {
@@ -672,17 +679,6 @@ func (h *holeFinder) add(key string) {
 		h.out = append(h.out, rangeName(h.volume, h.want, lsn-1))
 	}
 	h.want = lsn + 1
-}
-
-func countMissing(keys []string) int {
-	if len(keys) == 0 {
-		return 0
-	}
-	last, err := strconv.ParseUint(keys[len(keys)-1][strings.LastIndexByte(keys[len(keys)-1], '/')+1:], 10, 64)
-	if err != nil || last < uint64(len(keys)) {
-		return 0
-	}
-	return int(last) - len(keys)
 }
 
 func rangeName(volume string, lo, hi uint64) string {
