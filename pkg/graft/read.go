@@ -1,6 +1,7 @@
 package graft
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -285,16 +287,66 @@ func (v *Volume) remoteSegment(ctx context.Context, c *Commit) (*Segment, error)
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: %w: %v", key, ErrCorrupt, err)
 	}
+	ra := &readAhead{v: v, key: key, end: int64(off)}
 	return &Segment{Header: SegmentHeader{Version: segVersion, LSN: c.LSN, Pages: uint32(len(index))}, index: index,
 		fetch: func(e indexEntry) ([]byte, error) {
-			rec, err := v.store.Get(ctx, key, fence.Range{Off: int64(e.Off), Len: pageHeadSize + int64(e.Len)})
+			rec, err := ra.record(ctx, e)
 			if err != nil {
-				return nil, fmt.Errorf("volume %s: page %d: %w", v.name, e.No, err)
+				return nil, err
 			}
 			data, err := checkPage(rec, e)
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", key, err)
 			}
-			return data, nil
+			return bytes.Clone(data), nil
 		}}, nil
+}
+
+// A large remote segment's pages are fetched by range on demand. One page
+// alone (a window read) costs its record's bytes; pages read in order (a
+// reader walking the history) are fetched ahead in ranges that double from
+// 64 KiB up to 4 MiB, so a walk through a 64 MiB merged segment of 1 KiB
+// pages is a few dozen GETs, not 65,000.
+const (
+	readAheadMin = 64 << 10
+	readAheadMax = 4 << 20
+)
+
+// readAhead holds the last range fetched from one remote segment.
+type readAhead struct {
+	v   *Volume
+	key string
+	end int64 // where the page records end (the index's offset)
+
+	mu    sync.Mutex
+	buf   []byte // the bytes at [at, at+len(buf))
+	at    int64
+	next  int64 // the end of the last record read: a read from there is sequential
+	ahead int64 // the current read-ahead size (0: none yet)
+}
+
+// record returns the bytes of e's page record.
+func (r *readAhead) record(ctx context.Context, e indexEntry) ([]byte, error) {
+	lo, hi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if lo < r.at || hi > r.at+int64(len(r.buf)) {
+		n := hi - lo
+		if lo == r.next {
+			r.ahead = min(max(2*r.ahead, readAheadMin), readAheadMax)
+			n = max(n, min(r.ahead, r.end-lo))
+		} else {
+			r.ahead = 0
+		}
+		b, err := r.v.store.Get(ctx, r.key, fence.Range{Off: lo, Len: n})
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: page %d: %w", r.v.name, e.No, err)
+		}
+		r.buf, r.at = b, lo
+	}
+	r.next = hi
+	if hi > r.at+int64(len(r.buf)) { // a short read: checkPage names it
+		return r.buf[lo-r.at:], nil
+	}
+	return r.buf[lo-r.at : hi-r.at], nil
 }

@@ -298,6 +298,56 @@ func TestVolume_LargeRemoteSegmentReadByRange(t *testing.T) {
 	}
 }
 
+// TestVolume_LargeRemoteSegmentWalkedAhead: pages of a large remote
+// segment read in order (a reader walking the history) are fetched ahead
+// in growing ranges: 2,000 pages of 1,000 bytes (2 MB) in a dozen GETs,
+// not 2,000; a byte flipped inside such a range is an ErrCorrupt naming
+// the segment, never wrong bytes.
+func TestVolume_LargeRemoteSegmentWalkedAhead(t *testing.T) {
+	st := &counting{Store: newStore(t)}
+	ctx := context.Background()
+	w := openVolume(t, t.TempDir(), st)
+	var pages []graft.Page
+	for i := range 2000 {
+		pages = append(pages, graft.Page{No: archiveBase + uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 1000)})
+	}
+	c, err := w.Commit(ctx, pages, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := openVolume(t, t.TempDir(), st)
+	r.CacheWholeBelow = 1000
+	st.Gets.Store(0)
+	seg, err := r.Segment(ctx, c) // as the archive's reads walk it
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if got, err := seg.Lookup(p.No); err != nil || !bytes.Equal(got, p.Data) {
+			t.Fatalf("page %d: %v", p.No, err)
+		}
+	}
+	if n := st.Gets.Load(); n > 12 {
+		t.Fatalf("%d GETs to walk 2,000 pages of a large remote segment, want at most 12", n)
+	}
+	bad := &flipping{Store: st, pages: 32 + 2000*(16+1000)} // the records end where the index starts
+	r = openVolume(t, t.TempDir(), bad)
+	r.CacheWholeBelow = 1000
+	if seg, err = r.Segment(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		got, err := seg.Lookup(p.No)
+		if errors.Is(err, graft.ErrCorrupt) && strings.Contains(err.Error(), c.Segment.Key) && bad.flipped.Load() > 0 {
+			return
+		}
+		if err != nil || !bytes.Equal(got, p.Data) {
+			t.Fatalf("page %d from a flipped range: %q, %v; want ErrCorrupt naming %s", p.No, got, err, c.Segment.Key)
+		}
+	}
+	t.Fatalf("walk over flipped ranges: no error (%d ranges flipped)", bad.flipped.Load())
+}
+
 func TestOpen_BadName(t *testing.T) {
 	for _, name := range []string{"", "a/b", "..", "a b"} {
 		if _, err := graft.Open(context.Background(), t.TempDir(), name, newStore(t)); err == nil {
@@ -311,12 +361,13 @@ func TestOpen_BadName(t *testing.T) {
 // bad disk or a bad proxy would return them.
 type flipping struct {
 	fence.Store
+	pages   int64 // > 0: read-ahead ranges (longer than a record) ending below this offset are flipped instead
 	flipped atomic.Int64
 }
 
 func (f *flipping) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
 	b, err := f.Store.Get(ctx, k, r)
-	if err == nil && strings.Contains(k, "/segments/") && r.Len == 16+1000 {
+	if err == nil && strings.Contains(k, "/segments/") && (f.pages == 0 && r.Len == 16+1000 || r.Len > 16+1000 && r.Off+r.Len <= f.pages) {
 		b = bytes.Clone(b)
 		b[len(b)/2] ^= 0x01
 		f.flipped.Add(1)
@@ -345,7 +396,7 @@ func TestVolume_CorruptPageReadByRangeIsNamed(t *testing.T) {
 	r := openVolume(t, t.TempDir(), bad)
 	r.CacheWholeBelow = 1000
 	detected := 0
-	for i := range 50 {
+	for i := 49; i >= 0; i-- { // out of order: each page is a range of its own (no read-ahead)
 		got, err := r.ReadAt(ctx, 1, archiveBase+uint64(i))
 		switch {
 		case errors.Is(err, graft.ErrCorrupt) && strings.Contains(err.Error(), c.Segment.Key):
