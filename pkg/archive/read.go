@@ -101,7 +101,8 @@ func (a *Archive) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Item, e
 // readArchive yields archived records with lo <= id <= hi. It finds the
 // first commit whose watermark is at or above lo through the volume's
 // checkpoint index (binary searches, one leaf fetched), then reads segment
-// by segment.
+// by segment, the next ones fetched ahead once it walks past the first
+// (graft.Volume.Walk).
 func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield func(Item, error) bool) bool {
 	var werr error
 	below := func(meta map[string]string) bool {
@@ -112,18 +113,14 @@ func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield 
 		}
 		return w.Compare(lo) < 0
 	}
-	for c, err := range a.vol.Entries(ctx, below) {
-		if err == nil {
+	for w, err := range a.vol.Walk(ctx, below) {
+		if werr != nil {
 			err = werr
 		}
 		if err != nil {
 			return yield(Item{}, err)
 		}
-		seg, err := a.vol.Segment(ctx, c)
-		if err != nil {
-			return yield(Item{}, err)
-		}
-		done, ok := a.yieldSegment(seg, c, lo, hi, yield)
+		done, ok := a.yieldSegment(w.Segment, w.Entry, lo, hi, yield)
 		if !ok || done {
 			return ok
 		}

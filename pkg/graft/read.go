@@ -195,6 +195,81 @@ func (v *Volume) stats() Stats {
 // its pages (such as the archive's range reads).
 func (v *Volume) Segment(ctx context.Context, c *Commit) (*Segment, error) { return v.segment(ctx, c) }
 
+// Walked is one live entry and its segment.
+type Walked struct {
+	Entry   *Commit
+	Segment *Segment
+}
+
+// Walk is Entries with each entry's segment (Segment's rules: whole when
+// small, by range when large), fetched ahead of the caller once it walks
+// on: none while it reads its first two entries (a window that ends there
+// costs nothing more), then up to 4, then walkAhead segments in flight,
+// and at most walkAheadBytes of small ones. A reader walking a year from a fresh
+// machine then waits on one GET only when it outruns them. The segments
+// are for use within the walk.
+func (v *Volume) Walk(ctx context.Context, before func(meta map[string]string) bool) iter.Seq2[Walked, error] {
+	return func(yield func(Walked, error) bool) {
+		next, stop := iter.Pull2(v.Entries(ctx, before))
+		defer stop()
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		type pending struct {
+			w    Walked
+			size int64 // counted against walkAheadBytes
+			err  error
+			done chan struct{}
+		}
+		var queue []*pending
+		var inFlight int64
+		ahead, more := 0, true
+		for {
+			for more && (len(queue) == 0 || len(queue) < ahead && inFlight < walkAheadBytes) {
+				c, err, ok := next()
+				if !ok {
+					more = false
+					break
+				}
+				p := &pending{w: Walked{Entry: c}, err: err, done: make(chan struct{})}
+				queue = append(queue, p)
+				if err != nil {
+					close(p.done)
+					more = false
+					break
+				}
+				if c.Segment.Size <= v.CacheWholeBelow {
+					p.size = c.Segment.Size
+				}
+				inFlight += p.size
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer close(p.done)
+					p.w.Segment, p.err = v.segment(ctx, c)
+				}()
+			}
+			if len(queue) == 0 {
+				return
+			}
+			p := queue[0]
+			queue = queue[1:]
+			<-p.done
+			inFlight -= p.size
+			if !yield(p.w, p.err) || p.err != nil {
+				return
+			}
+			ahead = min(max(1, 2*ahead), walkAhead)
+		}
+	}
+}
+
+// How far Walk fetches ahead at most.
+const (
+	walkAhead      = 8
+	walkAheadBytes = 32 << 20
+)
+
 // segment returns c's segment: from the memory cache, the local file, or the
 // remote (fetched whole and cached locally when small enough). Every byte is
 // checked against the commit's SHA-256 before use.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,8 @@ type slowGets struct {
 	mu        sync.Mutex
 	now, most int
 	fail      string
+	only      string // when set, only keys containing it are slowed and counted
+	gets      atomic.Int64
 }
 
 var errGetRefused = errors.New("get refused")
@@ -32,6 +35,10 @@ func (s *slowGets) Get(ctx context.Context, key string, r fence.Range) ([]byte, 
 	if key == s.fail {
 		return nil, errGetRefused
 	}
+	if !strings.Contains(key, s.only) {
+		return s.Store.Get(ctx, key, r)
+	}
+	s.gets.Add(1)
 	s.mu.Lock()
 	s.now++
 	s.most = max(s.most, s.now)
@@ -355,5 +362,60 @@ func TestReadChain_Ahead(t *testing.T) {
 	_, err = OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: -1})
 	if !errors.Is(err, ErrMissingCommits) || !strings.Contains(err.Error(), "lacks vol/commits/"+lsnName(7)+" of a chain of 40 commits") {
 		t.Fatalf("cold open with commit 7 gone: %v", err)
+	}
+}
+
+// TestWalk_Ahead: Walk yields every live entry with its segment in order,
+// fetching segments ahead once the caller walks past the first entry (more
+// than one GET in flight, never more than walkAhead), and a caller that
+// stops at its first entry costs that entry's segment alone.
+func TestWalk_Ahead(t *testing.T) {
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := 1; i <= n; i++ {
+		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() (*Volume, *slowGets) {
+		r, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := &slowGets{Store: st, only: "/segments/"}
+		r.store = slow
+		return r, slow
+	}
+	r, slow := open()
+	i := uint64(0)
+	for e, err := range r.Walk(ctx, nil) {
+		i++
+		if err != nil || e.Entry.LSN != i {
+			t.Fatalf("entry %d: %+v, %v", i, e.Entry, err)
+		}
+		if got, ok := e.Segment.Get(i); !ok || string(got) != fmt.Sprint("page ", i) {
+			t.Fatalf("entry %d's segment: %q", i, got)
+		}
+	}
+	if i != n || slow.most < 2 || slow.most > walkAhead {
+		t.Fatalf("walked %d entries with at most %d GETs in flight; want %d, 2 to %d", i, slow.most, n, walkAhead)
+	}
+	r, slow = open()
+	for _, err := range r.Walk(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if got := slow.gets.Load(); got != 1 {
+		t.Fatalf("a walk that stops at its first entry made %d segment GETs, want 1", got)
 	}
 }
