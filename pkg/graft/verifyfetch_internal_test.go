@@ -53,20 +53,8 @@ func (s *slowGets) Get(ctx context.Context, key string, r fence.Range) ([]byte, 
 // and a GET that fails mid-chain is verify's error.
 func TestVerify_ReadsAhead(t *testing.T) {
 	ctx := context.Background()
-	st, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 6 * 8
-	for i := 1; i <= n; i++ {
-		if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, v := pagesVolume(t, n, 8)
 	slow := &slowGets{Store: st}
 	v.store = slow
 	rep, err := v.VerifyRemote(ctx)
@@ -325,20 +313,8 @@ func TestCheckRanges_EveryPageChecked(t *testing.T) {
 // files as they would be one at a time).
 func TestReadChain_Ahead(t *testing.T) {
 	ctx := context.Background()
-	st, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	for i := 1; i <= n; i++ {
-		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, w := pagesVolume(t, n, -1)
 	slow := &slowGets{Store: st}
 	r, err := OpenWith(ctx, t.TempDir(), "vol", slow, Options{CheckpointEvery: -1})
 	if err != nil || r.Head() != n {
@@ -371,20 +347,8 @@ func TestReadChain_Ahead(t *testing.T) {
 // stops at its first entry costs that entry's segment alone.
 func TestWalk_Ahead(t *testing.T) {
 	ctx := context.Background()
-	st, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	for i := 1; i <= n; i++ {
-		if _, err := w.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, _ := pagesVolume(t, n, 8)
 	open := func() (*Volume, *slowGets) {
 		r, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{})
 		if err != nil {
@@ -418,4 +382,25 @@ func TestWalk_Ahead(t *testing.T) {
 	if got := slow.gets.Load(); got != 1 {
 		t.Fatalf("a walk that stops at its first entry made %d segment GETs, want 1", got)
 	}
+}
+
+// pagesVolume is a volume on a local store with n commits of one page each
+// (page i holds "page i"), checkpointing every checkpointEvery.
+func pagesVolume(t *testing.T, n, checkpointEvery int) (*fence.Local, *Volume) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: checkpointEvery})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		if _, err := v.Commit(ctx, []Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, v
 }
