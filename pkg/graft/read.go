@@ -203,11 +203,11 @@ type Walked struct {
 
 // Walk is Entries with each entry's segment (Segment's rules: whole when
 // small, by range when large), fetched ahead of the caller once it walks
-// on: none while it reads its first two entries (a window that ends there
-// costs nothing more), then up to 4, then walkAhead segments in flight,
-// and at most walkAheadBytes of small ones. A reader walking a year from a fresh
-// machine then waits on one GET only when it outruns them. The segments
-// are for use within the walk.
+// on: nothing ahead while it reads its first two entries (a window that
+// ends there costs nothing more), then 2, 4 and at most walkAhead segments
+// in flight, and at most walkAheadBytes of small ones. A reader walking a
+// year from a fresh machine then waits on a GET only when it outruns them.
+// The segments are for use within the walk.
 func (v *Volume) Walk(ctx context.Context, before func(meta map[string]string) bool) iter.Seq2[Walked, error] {
 	return func(yield func(Walked, error) bool) {
 		next, stop := iter.Pull2(v.Entries(ctx, before))
