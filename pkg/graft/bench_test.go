@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,4 +240,165 @@ func inParallel(keys []string, fn func(string) error) error {
 		g.Go(func() error { return fn(k) })
 	}
 	return g.Wait()
+}
+
+// lagged adds a fixed delay to every GET (and counts them): a store across
+// a network, where a walk that waits on one GET at a time pays the delay
+// once per object.
+type lagged struct {
+	fence.Store
+	lag  time.Duration
+	gets *atomic.Int64
+}
+
+func (l lagged) Get(ctx context.Context, k string, r fence.Range) ([]byte, error) {
+	l.gets.Add(1)
+	time.Sleep(l.lag)
+	return l.Store.Get(ctx, k, r)
+}
+
+// getLag is SILT_BENCH_GET_LAG (a duration, default none).
+func getLag(tb testing.TB) time.Duration {
+	s := os.Getenv("SILT_BENCH_GET_LAG")
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		tb.Fatalf("SILT_BENCH_GET_LAG: %v", err)
+	}
+	return d
+}
+
+// BenchmarkWalk_Ratio: a cold reader walking 1,000 entries with their
+// segments (one 4 KiB page each) from MinIO through Volume.Walk, which
+// fetches ahead, ÷ the same walk one segment at a time (Entries, then
+// Segment for each: what the archive's merged read did before stop 28).
+// No goal is set. SILT_BENCH_GET_LAG=20ms adds that much to every GET.
+//
+//	go test -run '^$' -bench Walk_Ratio -benchtime 5x ./pkg/graft
+func BenchmarkWalk_Ratio(b *testing.B) {
+	st := s3Store(b, "minio")
+	ctx := context.Background()
+	w, err := graft.OpenWith(ctx, b.TempDir(), "vol", st, graft.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 1000
+	for c := range n {
+		if _, err := w.Commit(ctx, []graft.Page{{No: uint64(c), Data: bytes.Repeat([]byte{byte(c)}, 4096)}}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lag := getLag(b)
+	cold := func(tb testing.TB) (r *graft.Volume) {
+		benchratio.Untimed(func() {
+			var err error
+			if r, err = graft.OpenWith(ctx, tb.TempDir(), "vol", lagged{st, lag, new(atomic.Int64)}, graft.Options{}); err != nil {
+				tb.Fatal(err)
+			}
+		})
+		return r
+	}
+	benchratio.Compare(b, func(tb testing.TB) int {
+		r, seen := cold(tb), 0
+		for e, err := range r.Walk(ctx, nil) {
+			if err != nil || e.Segment == nil {
+				tb.Fatal(err)
+			}
+			seen++
+		}
+		return seen
+	}, func(tb testing.TB) int {
+		r, seen := cold(tb), 0
+		for c, err := range r.Entries(ctx, nil) {
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if _, err := r.Segment(ctx, c); err != nil {
+				tb.Fatal(err)
+			}
+			seen++
+		}
+		return seen
+	})
+}
+
+// BenchmarkDeepWalks times the walks of a whole chain on MinIO, a fresh
+// reader each: verify, pull, and a cold open of a chain with no checkpoint
+// (1,000 commits of one 4 KiB page), and counts the GETs of reading a
+// large remote segment (17 MB, 16,384 pages of 1 KiB) in order. No goal is
+// set. SILT_BENCH_GET_LAG=20ms adds that much to every GET.
+//
+//	go test -run '^$' -bench DeepWalks -benchtime 3x ./pkg/graft
+func BenchmarkDeepWalks(b *testing.B) {
+	st := s3Store(b, "minio")
+	ctx := context.Background()
+	w, err := graft.OpenWith(ctx, b.TempDir(), "vol", st, graft.Options{CheckpointEvery: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for c := range 1000 {
+		if _, err := w.Commit(ctx, []graft.Page{{No: uint64(c), Data: bytes.Repeat([]byte{byte(c)}, 4096)}}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	big, err := graft.OpenWith(ctx, b.TempDir(), "big", st, graft.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pages := make([]graft.Page, 16384)
+	for i := range pages {
+		pages[i] = graft.Page{No: uint64(i), Data: bytes.Repeat([]byte{byte(i)}, 1024)}
+	}
+	large, err := big.Commit(ctx, pages, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lag, gets := getLag(b), new(atomic.Int64)
+	store := lagged{st, lag, gets}
+	var verify, pull, chain, walkGets []float64
+	secs := func(t0 time.Time) float64 { return time.Since(t0).Seconds() }
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		r, err := graft.OpenWith(ctx, b.TempDir(), "vol", store, graft.Options{CheckpointEvery: -1})
+		if err != nil || r.Head() != 1000 {
+			b.Fatalf("cold open: %v", err)
+		}
+		chain = append(chain, secs(t0))
+		t0 = time.Now()
+		if _, err := r.VerifyRemote(ctx); err != nil {
+			b.Fatal(err)
+		}
+		verify = append(verify, secs(t0))
+		t0 = time.Now()
+		if _, err := r.Pull(ctx); err != nil {
+			b.Fatal(err)
+		}
+		pull = append(pull, secs(t0))
+		lr, err := graft.OpenWith(ctx, b.TempDir(), "big", store, graft.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lr.CacheWholeBelow = 1 << 20
+		gets.Store(0)
+		seg, err := lr.Segment(ctx, large)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, pg := range pages {
+			if _, err := seg.Lookup(pg.No); err != nil {
+				b.Fatal(err)
+			}
+		}
+		walkGets = append(walkGets, float64(gets.Load()))
+	}
+	for _, m := range []struct {
+		name string
+		v    []float64
+	}{{"cold-chain-s", chain}, {"verify-s", verify}, {"pull-s", pull}, {"large-walk-gets", walkGets}} {
+		slices.Sort(m.v)
+		b.ReportMetric(m.v[len(m.v)/2], m.name)
+	}
 }
