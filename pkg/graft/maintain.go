@@ -85,7 +85,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		}
 	}
 	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), v.fetchVerified) {
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
 		if err != nil {
 			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 		}
@@ -465,7 +465,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	}
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), v.fetchVerified) {
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
 		if err != nil {
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		}

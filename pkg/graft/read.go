@@ -203,65 +203,23 @@ type Walked struct {
 
 // Walk is Entries with each entry's segment (Segment's rules: whole when
 // small, by range when large), fetched ahead of the caller once it walks
-// on: nothing ahead while it reads its first two entries (a window that
-// ends there costs nothing more), then 2, 4 and at most walkAhead segments
-// in flight, and at most walkAheadBytes of small ones. A reader walking a
+// on: nothing ahead while it reads its first entry (a window that ends
+// there costs nothing more), then 2, 4 and at most walkAhead segments in
+// flight, and at most walkAheadBytes of small ones. A reader walking a
 // year from a fresh machine then waits on a GET only when it outruns them.
 // The segments are for use within the walk.
 func (v *Volume) Walk(ctx context.Context, before func(meta map[string]string) bool) iter.Seq2[Walked, error] {
-	return func(yield func(Walked, error) bool) {
-		next, stop := iter.Pull2(v.Entries(ctx, before))
-		defer stop()
-		ctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		defer func() { cancel(); wg.Wait() }()
-		type pending struct {
-			w    Walked
-			size int64 // counted against walkAheadBytes
-			err  error
-			done chan struct{}
+	size := func(c *Commit) int64 { // a large segment is its index until read
+		if c.Segment.Size > v.CacheWholeBelow {
+			return 0
 		}
-		var queue []*pending
-		var inFlight int64
-		ahead, more := 0, true
-		for {
-			for more && (len(queue) == 0 || len(queue) < ahead && inFlight < walkAheadBytes) {
-				c, err, ok := next()
-				if !ok {
-					more = false
-					break
-				}
-				p := &pending{w: Walked{Entry: c}, err: err, done: make(chan struct{})}
-				queue = append(queue, p)
-				if err != nil {
-					close(p.done)
-					more = false
-					break
-				}
-				if c.Segment.Size <= v.CacheWholeBelow {
-					p.size = c.Segment.Size
-				}
-				inFlight += p.size
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer close(p.done)
-					p.w.Segment, p.err = v.segment(ctx, c)
-				}()
-			}
-			if len(queue) == 0 {
-				return
-			}
-			p := queue[0]
-			queue = queue[1:]
-			<-p.done
-			inFlight -= p.size
-			if !yield(p.w, p.err) || p.err != nil {
-				return
-			}
-			ahead = min(max(1, 2*ahead), walkAhead)
-		}
+		return c.Segment.Size
 	}
+	return fetchAhead(ctx, v.Entries(ctx, before), ahead{n: walkAhead, bytes: walkAheadBytes, ramp: true}, size,
+		func(ctx context.Context, c *Commit) (Walked, error) {
+			seg, err := v.segment(ctx, c)
+			return Walked{Entry: c, Segment: seg}, err
+		})
 }
 
 // How far Walk fetches ahead at most.

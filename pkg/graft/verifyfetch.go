@@ -26,7 +26,8 @@ import (
 // commits in flight (verify and pull: each commit object, then its segment
 // when that is at most verifyWholeMax), use them in chain order, and read
 // larger segments by ranges of verifyRange bytes: memory stays within
-// (verifyAhead + 1) × 4 MiB, whatever the segments' size.
+// (verifyAhead + 1) × 4 MiB and the index of the segment being read,
+// whatever the segments' size.
 var (
 	verifyAhead    = 8
 	verifyWholeMax = int64(4 << 20)
@@ -47,45 +48,76 @@ type verified struct {
 	segErr error
 }
 
-// fetchAhead yields fetch's results for keys, in order, running up to
-// verifyAhead fetches at once. The first error ends it.
-func fetchAhead[T any](ctx context.Context, keys iter.Seq2[string, error], fetch func(context.Context, string) (T, error)) iter.Seq2[T, error] {
+// ahead bounds a fetchAhead: at most n fetches in flight and, counting
+// each item's size, bytes (0: no bound; one item larger than it still
+// goes); with ramp, the depth starts at one and doubles with each result
+// the caller takes, so a caller that stops early fetched little for
+// nothing.
+type ahead struct {
+	n     int
+	bytes int64
+	ramp  bool
+}
+
+// fetchAhead yields fetch's results for the items of in, in order,
+// fetching ahead of the caller within lim (size weighs an item; nil: 0).
+// The first error, of in or of a fetch, is yielded in its place and ends it.
+func fetchAhead[K, T any](ctx context.Context, in iter.Seq2[K, error], lim ahead, size func(K) int64, fetch func(context.Context, K) (T, error)) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
+		next, stop := iter.Pull2(in)
+		defer stop()
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		type result struct {
-			v   T
-			err error
+		defer func() { cancel(); wg.Wait() }()
+		type pending struct {
+			v    T
+			size int64
+			err  error
+			done chan struct{}
 		}
-		queue := make(chan chan result, verifyAhead-1) // with the one awaited: verifyAhead in flight
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(queue)
-			for key, err := range keys {
-				out := make(chan result, 1)
-				select { // queued first: the queue bounds the fetches in flight
-				case queue <- out:
-				case <-ctx.Done():
-					return
+		var queue []*pending
+		var bytes int64
+		depth, more := lim.n, true
+		if lim.ramp {
+			depth = 1
+		}
+		for {
+			for more && (len(queue) == 0 || len(queue) < depth && (lim.bytes == 0 || bytes < lim.bytes)) {
+				k, err, ok := next()
+				if !ok {
+					more = false
+					break
 				}
+				p := &pending{err: err, done: make(chan struct{})}
+				queue = append(queue, p)
 				if err != nil {
-					out <- result{err: err}
-					return
+					close(p.done)
+					more = false
+					break
 				}
+				if size != nil {
+					p.size = size(k)
+				}
+				bytes += p.size
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					v, err := fetch(ctx, key)
-					out <- result{v, err}
+					defer close(p.done)
+					p.v, p.err = fetch(ctx, k)
 				}()
 			}
-		}()
-		defer func() { cancel(); wg.Wait() }()
-		for out := range queue {
-			r := <-out
-			if !yield(r.v, r.err) || r.err != nil {
+			if len(queue) == 0 {
 				return
+			}
+			p := queue[0]
+			queue = queue[1:]
+			<-p.done
+			bytes -= p.size
+			if !yield(p.v, p.err) || p.err != nil {
+				return
+			}
+			if lim.ramp {
+				depth = min(2*depth, lim.n)
 			}
 		}
 	}

@@ -645,7 +645,7 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 		}
 		return c, v.writeFile(v.localCommit(c.LSN), c.raw)
 	}
-	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, n), fetch) {
+	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, n), ahead{n: verifyAhead}, nil, fetch) {
 		if err != nil {
 			return err
 		}
