@@ -189,8 +189,8 @@ func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force 
 	}
 	deleted := 0
 	for _, key := range keys {
-		lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
-		if err != nil || lsn > oldest { // the root holds commit oldest whole
+		lsn, ok := keyLSN(key)
+		if !ok || lsn > oldest { // the root holds commit oldest whole
 			break
 		}
 		if err := v.store.Delete(ctx, key); err != nil {

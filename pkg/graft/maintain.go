@@ -11,7 +11,6 @@ import (
 	"iter"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/silt-dev/silt/pkg/fence"
@@ -61,14 +60,9 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	// The whole listing is read twice, a page at a time: every missing
 	// commit is named before anything is read, and a chain of a million
 	// commits is never held as a million keys.
-	chain := 0
-	holes := holeFinder{volume: v.name, want: start + 1}
-	for key, err := range v.listed(ctx, v.name+"/commits/") {
-		if err != nil {
-			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-		}
-		holes.add(key)
-		chain++
+	chain, holes, err := v.scanChain(ctx, start+1)
+	if err != nil {
+		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
 	if len(holes.out) > 0 {
 		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))
@@ -281,7 +275,7 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 func chainStart(firstKey []string, ckAt map[uint64]string) uint64 {
 	start := uint64(0)
 	if len(firstKey) > 0 {
-		first, _ := strconv.ParseUint(firstKey[0][strings.LastIndexByte(firstKey[0], '/')+1:], 10, 64)
+		first, _ := keyLSN(firstKey[0])
 		if _, ok := ckAt[first-1]; ok && first > 1 {
 			start = first - 1
 		}
@@ -442,14 +436,9 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var rep VerifyReport
-	holes := holeFinder{volume: v.name, want: 1}
-	chain := 0
-	for key, err := range v.listed(ctx, v.name+"/commits/") {
-		if err != nil {
-			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-		}
-		holes.add(key)
-		chain++
+	chain, holes, err := v.scanChain(ctx, 1)
+	if err != nil {
+		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 	}
 	if len(holes.out) > 0 {
 		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))

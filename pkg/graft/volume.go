@@ -619,14 +619,9 @@ func (v *Volume) readChain(ctx context.Context) error { return v.readChainFrom(c
 // readChainFrom is readChain; without rebase the checkpoints the commits
 // name are not adopted (RebuildIndex distrusts them).
 func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
-	holes := holeFinder{volume: v.name, want: 1}
-	n := 0
-	for key, err := range v.listed(ctx, v.name+"/commits/") {
-		if err != nil {
-			return fmt.Errorf("refresh volume %s: %w", v.name, err)
-		}
-		holes.add(key)
-		n++
+	n, holes, err := v.scanChain(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
 	if len(holes.out) > 0 {
 		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
@@ -635,8 +630,8 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 	}
 	// Commits are fetched and written locally ahead, 8 at once; linked in order.
 	fetch := func(ctx context.Context, key string) (*Commit, error) {
-		lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
-		if err != nil {
+		lsn, ok := keyLSN(key)
+		if !ok {
 			return nil, fmt.Errorf("volume %s: %w: commit key %s", v.name, ErrCorrupt, key)
 		}
 		c, err := v.getCommit(ctx, lsn)
@@ -663,6 +658,27 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 // ErrMissingCommits: the remote chain has a hole.
 var ErrMissingCommits = errors.New("commits missing from the remote")
 
+// scanChain reads the commit listing a page at a time: how many commit
+// keys there are, and the LSN ranges missing from from on.
+func (v *Volume) scanChain(ctx context.Context, from uint64) (int, holeFinder, error) {
+	holes := holeFinder{volume: v.name, want: from}
+	n := 0
+	for key, err := range v.listed(ctx, v.name+"/commits/") {
+		if err != nil {
+			return n, holes, err
+		}
+		holes.add(key)
+		n++
+	}
+	return n, holes, nil
+}
+
+// keyLSN reads the LSN a commit key ends with.
+func keyLSN(key string) (uint64, bool) {
+	lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+	return lsn, err == nil
+}
+
 // holeFinder names the LSN ranges absent from commit keys added in order.
 type holeFinder struct {
 	volume string
@@ -671,8 +687,8 @@ type holeFinder struct {
 }
 
 func (h *holeFinder) add(key string) {
-	lsn, err := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
-	if err != nil {
+	lsn, ok := keyLSN(key)
+	if !ok {
 		return
 	}
 	if lsn > h.want {
