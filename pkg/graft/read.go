@@ -301,26 +301,12 @@ func checkSegment(name string, b []byte, c *Commit) (*Segment, error) {
 // range on demand.
 func (v *Volume) remoteSegment(ctx context.Context, c *Commit) (*Segment, error) {
 	key := c.Segment.Key
-	tail, err := v.store.Get(ctx, key, fence.Range{Off: c.Segment.Size - trailerSize, Len: trailerSize})
+	index, err := v.remoteIndex(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("volume %s: segment trailer: %w", v.name, err)
+		return nil, err
 	}
-	if len(tail) != trailerSize || string(tail[20:]) != trailerMagic {
-		return nil, fmt.Errorf("segment %s: %w: bad trailer", key, ErrCorrupt)
-	}
-	off, n := binary.BigEndian.Uint64(tail), binary.BigEndian.Uint64(tail[8:])
-	if off+n != uint64(c.Segment.Size-trailerSize) {
-		return nil, fmt.Errorf("segment %s: %w: index at %d+%d", key, ErrCorrupt, off, n)
-	}
-	ib, err := v.store.Get(ctx, key, fence.Range{Off: int64(off), Len: int64(n)})
-	if err != nil {
-		return nil, fmt.Errorf("volume %s: segment index: %w", v.name, err)
-	}
-	index, err := decodeIndex(ib, off)
-	if err != nil {
-		return nil, fmt.Errorf("segment %s: %w: %v", key, ErrCorrupt, err)
-	}
-	ra := &readAhead{v: v, key: key, end: int64(off)}
+	off := c.Segment.Size - trailerSize - int64(len(index))*indexItemSize // where the records end
+	ra := &readAhead{v: v, key: key, end: off}
 	return &Segment{Header: SegmentHeader{Version: segVersion, LSN: c.LSN, Pages: uint32(len(index))}, index: index,
 		fetch: func(e indexEntry) ([]byte, error) {
 			rec, err := ra.record(ctx, e)
@@ -333,6 +319,51 @@ func (v *Volume) remoteSegment(ctx context.Context, c *Commit) (*Segment, error)
 			}
 			return bytes.Clone(data), nil
 		}}, nil
+}
+
+// remoteIndexMax bounds the indexes of large remote segments a volume
+// keeps (24 bytes an entry: 24 MB), so a worker recovering payload after
+// payload from one merged segment reads its index once, not each time.
+const remoteIndexMax = 1 << 20
+
+// remoteIndex returns the index of c's large remote segment, read with
+// range GETs (trailer, then index) the first time.
+func (v *Volume) remoteIndex(ctx context.Context, c *Commit) ([]indexEntry, error) {
+	key := c.Segment.Key
+	v.cacheMu.Lock()
+	index, ok := v.indexes[key]
+	v.cacheMu.Unlock()
+	if ok {
+		return index, nil
+	}
+	tail, err := v.store.Get(ctx, key, fence.Range{Off: c.Segment.Size - trailerSize, Len: trailerSize})
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: segment trailer: %w", v.name, err)
+	}
+	if len(tail) != trailerSize || string(tail[20:]) != trailerMagic {
+		return nil, fmt.Errorf("segment %s: %w: bad trailer", key, ErrCorrupt)
+	}
+	off, n := binary.BigEndian.Uint64(tail), binary.BigEndian.Uint64(tail[8:])
+	if off+n != uint64(c.Segment.Size-trailerSize) || n%indexItemSize != 0 {
+		return nil, fmt.Errorf("segment %s: %w: index at %d+%d", key, ErrCorrupt, off, n)
+	}
+	ib, err := v.store.Get(ctx, key, fence.Range{Off: int64(off), Len: int64(n)})
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: segment index: %w", v.name, err)
+	}
+	if index, err = decodeIndex(ib, off); err != nil {
+		return nil, fmt.Errorf("segment %s: %w: %v", key, ErrCorrupt, err)
+	}
+	v.cacheMu.Lock()
+	if v.indexLen+len(index) > remoteIndexMax {
+		clear(v.indexes)
+		v.indexLen = 0
+	}
+	if len(index) <= remoteIndexMax {
+		v.indexes[key], v.indexLen = index, v.indexLen+len(index)
+	}
+	v.cacheMu.Unlock()
+	return index, nil
 }
 
 // A large remote segment's pages are fetched by range on demand. One page

@@ -47,13 +47,15 @@ type Volume struct {
 	mu        sync.Mutex
 	base      *checkpoint // nil: no checkpoint yet
 	tail      []*Commit   // the commits after base, in LSN order; all but the latest slimmed
-	cacheMu   sync.Mutex  // guards cache, so segments are read while mu is held
+	cacheMu   sync.Mutex  // guards cache and indexes, so segments are read while mu is held
 	cache     map[string]*Segment
-	leafMu    sync.Mutex     // guards leaves, so a leaf is read while mu is held
-	leaves    map[string]any // decoded leaves ([]Entry) and branches ([]nodeRef) by key
-	badBase   uint64         // a checkpoint rebase found unusable
-	localHead uint64         // the newest local commit file this handle wrote (the head hint)
-	segBuf    []byte         // the last commit's segment buffer, for the next to reuse (mu)
+	indexes   map[string][]indexEntry // of large remote segments, by key (objects never change)
+	indexLen  int                     // entries held in indexes
+	leafMu    sync.Mutex              // guards leaves, so a leaf is read while mu is held
+	leaves    map[string]any          // decoded leaves ([]Entry) and branches ([]nodeRef) by key
+	badBase   uint64                  // a checkpoint rebase found unusable
+	localHead uint64                  // the newest local commit file this handle wrote (the head hint)
+	segBuf    []byte                  // the last commit's segment buffer, for the next to reuse (mu)
 }
 
 // maxReusedSegment bounds the segment buffer a volume keeps between
@@ -95,6 +97,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 		store:           store,
 		writer:          randomID(),
 		cache:           map[string]*Segment{},
+		indexes:         map[string][]indexEntry{},
 		leaves:          map[string]any{},
 	}
 	for _, d := range []string{"segments", "commits", "index", "tmp"} {

@@ -296,6 +296,14 @@ func TestVolume_LargeRemoteSegmentReadByRange(t *testing.T) {
 	if n := st.Gets.Load(); n != 3 {
 		t.Fatalf("%d GETs for one page of a large remote segment, want 3 (trailer, index, page)", n)
 	}
+	// Another page of it (a worker recovering payload after payload): the
+	// index is kept, so the page alone.
+	if got := read(t, r, 1, archiveBase+7); got != string(bytes.Repeat([]byte{7}, 1000)) {
+		t.Fatal("wrong page")
+	}
+	if n := st.Gets.Load(); n != 4 {
+		t.Fatalf("%d GETs for two pages of a large remote segment, want 4 (the index read once)", n)
+	}
 }
 
 // TestVolume_LargeRemoteSegmentWalkedAhead: pages of a large remote
