@@ -296,9 +296,9 @@ func checkSegment(name string, b []byte, c *Commit) (*Segment, error) {
 	return seg, nil
 }
 
-// remoteSegment reads a large remote segment's index with range GETs
-// (trailer, then index) and returns a Segment whose pages are fetched by
-// range on demand.
+// remoteSegment returns a Segment of a large remote segment: its index
+// (remoteIndex: read by range once, then kept), and pages fetched by range
+// on demand.
 func (v *Volume) remoteSegment(ctx context.Context, c *Commit) (*Segment, error) {
 	key := c.Segment.Key
 	index, err := v.remoteIndex(ctx, c)
