@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,24 +99,35 @@ const gcDeletes = 16
 // them a page at a time and deleting gcDeletes at once. The first failed
 // delete stops it.
 func (v *Volume) deleteListed(ctx context.Context, prefix string, garbage func(key string) bool) (int, error) {
+	return v.deleteInOrder(ctx, "gc volume "+v.name, prefix, "", func(key string) (bool, bool) { return garbage(key), false })
+}
+
+// deleteInOrder deletes, gcDeletes at once, the keys under prefix after
+// after that pick chooses, until the listing ends or pick says stop. The
+// first failed delete stops it; op begins its errors.
+func (v *Volume) deleteInOrder(ctx context.Context, op, prefix, after string, pick func(key string) (del, stop bool)) (int, error) {
 	var deleted atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(gcDeletes)
-	for k, err := range v.listed(gctx, prefix) {
+	for k, err := range v.listedAfter(gctx, prefix, after) {
 		if err != nil {
 			if derr := g.Wait(); derr != nil {
 				err = derr // a failed delete cancelled the listing
 			} else {
-				err = fmt.Errorf("gc volume %s: %w", v.name, err)
+				err = fmt.Errorf("%s: %w", op, err)
 			}
 			return int(deleted.Load()), err
 		}
-		if !garbage(k) {
+		del, stop := pick(k)
+		if stop {
+			break
+		}
+		if !del {
 			continue
 		}
 		g.Go(func() error {
 			if err := v.store.Delete(gctx, k); err != nil {
-				return fmt.Errorf("gc volume %s: %w", v.name, err)
+				return fmt.Errorf("%s: %w", op, err)
 			}
 			deleted.Add(1)
 			return nil
@@ -166,39 +178,79 @@ func segmentLSN(key string) uint64 {
 
 // DropOldCommits deletes the commit objects before the oldest checkpoint a
 // reader may hold (as GC counts them, with the same grace), at most limit
-// a call (0: 100,000), so a volume of a million commits keeps about as many
-// objects as it has live segments. Readers never need those commits (they
-// open from a checkpoint); verify then starts the chain at that checkpoint,
-// trusting it as its genesis (VerifyReport.ChainStart), and pull refuses
-// the volume. It returns how many it deleted.
+// a call (0: all of them), gcDeletes at once, so a volume of a million
+// commits keeps about as many objects as it has live segments. Readers
+// never need those commits (they open from a checkpoint); pull refuses the
+// volume. Before deleting anything it marks how far it may delete
+// (dropped/, newest first): verify forgives commits missing up to the
+// newest mark, however the drop ended (its limit, an error, a kill), and
+// starts the chain at the oldest checkpoint above them
+// (VerifyReport.ChainStart, Unchained). It returns how many it deleted.
 func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force bool, limit int) (int, error) {
 	if grace < MinGrace && !force {
 		return 0, fmt.Errorf("drop old commits of volume %s: %w: %s is under %s (force to override)", v.name, ErrGraceTooShort, grace, MinGrace)
-	}
-	if limit <= 0 {
-		limit = 100_000
 	}
 	k, err := v.keptRoots(ctx, grace)
 	if err != nil || len(k.roots) == 0 {
 		return 0, err
 	}
-	oldest, _ := checkpointLSN(k.roots[len(k.roots)-1])
-	keys, err := v.store.List(ctx, v.name+"/commits/", "", limit)
+	oldest, _ := checkpointLSN(k.roots[len(k.roots)-1]) // the root holds commit oldest whole
+	prefix := v.name + "/commits/"
+	first, err := v.store.List(ctx, prefix, "", 1)
 	if err != nil {
 		return 0, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
 	}
-	deleted := 0
-	for _, key := range keys {
-		lsn, ok := keyLSN(key)
-		if !ok || lsn > oldest { // the root holds commit oldest whole
-			break
-		}
-		if err := v.store.Delete(ctx, key); err != nil {
-			return deleted, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
-		}
-		deleted++
+	if len(first) == 0 {
+		return 0, nil
 	}
-	return deleted, nil
+	if lsn, ok := keyLSN(first[0]); !ok || lsn > oldest {
+		return 0, nil
+	}
+	if err := v.markDropped(ctx, oldest); err != nil {
+		return 0, err
+	}
+	picked := 0
+	return v.deleteInOrder(ctx, "drop old commits of volume "+v.name, prefix, "", func(key string) (bool, bool) {
+		lsn, ok := keyLSN(key)
+		if !ok || lsn > oldest || limit > 0 && picked >= limit {
+			return false, true
+		}
+		picked++
+		return true, false
+	})
+}
+
+// droppedKey names the mark of a drop of the commits up to lsn; marks are
+// listed newest first.
+func (v *Volume) droppedKey(lsn uint64) string {
+	return v.name + "/dropped/" + fmt.Sprintf("%020d", math.MaxUint64-lsn)
+}
+
+// markDropped records, before a drop deletes anything, that the commits
+// up to lsn may be gone, and removes the marks it supersedes.
+func (v *Volume) markDropped(ctx context.Context, lsn uint64) error {
+	mark := fmt.Appendf(nil, "{\"version\":1,\"volume\":%q,\"commits_up_to\":%d,\"writer\":%q,\"time\":%q}\n",
+		v.name, lsn, v.writer, time.Now().UTC().Format(time.RFC3339Nano))
+	if err := v.store.Create(ctx, v.droppedKey(lsn), mark); err != nil && !errors.Is(err, fence.ErrExists) {
+		return fmt.Errorf("drop old commits of volume %s: mark: %w", v.name, err)
+	}
+	_, err := v.deleteInOrder(ctx, "drop old commits of volume "+v.name, v.name+"/dropped/", v.droppedKey(lsn),
+		func(string) (bool, bool) { return true, false })
+	return err
+}
+
+// droppedUpTo reads the newest drop mark: commits up to it may be gone (0:
+// none dropped, or only by a build that left no mark).
+func (v *Volume) droppedUpTo(ctx context.Context) (uint64, error) {
+	keys, err := v.store.List(ctx, v.name+"/dropped/", "", 1)
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	lsn, ok := checkpointLSN(keys[0])
+	if !ok {
+		return 0, fmt.Errorf("%w: drop mark %s", ErrCorrupt, keys[0])
+	}
+	return lsn, nil
 }
 
 // kept is what gc keeps of the checkpoints: the roots a reader may hold

@@ -28,6 +28,9 @@ type VerifyReport struct {
 	// ChainStart is the checkpoint the chain starts from when the commits
 	// before it were dropped (DropOldCommits); 0: the chain starts at LSN 1.
 	ChainStart uint64 `json:"chain_start,omitempty"`
+	// Unchained counts the commits below ChainStart a drop that did not
+	// finish left behind: not checked; the next drop deletes them.
+	Unchained int `json:"unchained,omitempty"`
 }
 
 // VerifyRemote checks the remote copy: every commit object's checksum, the
@@ -40,10 +43,6 @@ type VerifyReport struct {
 // once.
 func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	var rep VerifyReport
-	first, err := v.store.List(ctx, v.name+"/commits/", "", 1)
-	if err != nil {
-		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-	}
 	cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0)
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
@@ -55,31 +54,36 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			ckAt[lsn], newestCk = k, max(newestCk, lsn)
 		}
 	}
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
-	start := chainStart(first, ckAt)
-	// The whole listing is read twice, a page at a time: every missing
-	// commit is named before anything is read, and a chain of a million
-	// commits is never held as a million keys.
-	chain, holes, err := v.scanChain(ctx, start+1)
+	dropped, err := v.droppedUpTo(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
-	if len(holes.out) > 0 {
-		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))
+	// The whole listing is read twice, a page at a time: every missing
+	// commit is named before anything is read, and a chain of a million
+	// commits is never held as a million keys.
+	scan, err := v.scanChain(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
+	start := chainStart(scan, dropped, ckAt)
+	if missing := scan.missing(start); len(missing) > 0 {
+		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
+	}
+	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	if start > 0 {
 		if err := cv.seed(ctx, ckAt[start]); err != nil {
 			return rep, err
 		}
 	}
-	rep.ChainStart = start
+	chain := scan.above(start)
+	rep.ChainStart, rep.Unchained = start, scan.keys-chain
 	for lsn := range ckAt {
 		if lsn <= start && start > 0 { // the chain's genesis, and roots before it: nothing to check them against
 			delete(ckAt, lsn)
 		}
 	}
 	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, start+1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
 		if err != nil {
 			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 		}
@@ -123,7 +127,7 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
 	}
 	for lsn, k := range ckAt {
-		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's %d commits", k, ErrCorrupt, lsn, chain)
+		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's last commit %d", k, ErrCorrupt, lsn, start+uint64(chain))
 	}
 	rep.Entries = len(cv.entries)
 	return rep, cv.gone(ctx)
@@ -131,8 +135,13 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 
 // listed yields the keys under prefix in order, listing gcPage at a time.
 func (v *Volume) listed(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return v.listedAfter(ctx, prefix, "")
+}
+
+// listedAfter is listed from the first key after after ("": from the first).
+func (v *Volume) listedAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for after := ""; ; {
+		for {
 			keys, err := v.store.List(ctx, prefix, after, gcPage)
 			if err != nil {
 				yield("", err)
@@ -268,20 +277,41 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 	return nil
 }
 
-// chainStart finds the LSN the commit chain starts after, from the first
-// commit key (none: every commit dropped) and the checkpoints: 0, or, when
-// the commits up to s were dropped (DropOldCommits), the checkpoint at s,
-// whose entries then seed the verifier.
-func chainStart(firstKey []string, ckAt map[uint64]string) uint64 {
-	start := uint64(0)
-	if len(firstKey) > 0 {
-		first, _ := keyLSN(firstKey[0])
-		if _, ok := ckAt[first-1]; ok && first > 1 {
-			start = first - 1
-		}
-	} else {
+// chainStart finds the LSN the commit chain starts after: 0 while no
+// commit is missing up to dropped, the LSN a drop of old commits
+// (DropOldCommits) may have deleted up to; otherwise the oldest
+// checkpoint at or above the highest commit missing there, whose entries
+// then seed the verifier. The commits below it are what a drop that did
+// not finish left (stopped by its limit, an error or a kill), never
+// chained; the next drop deletes them. Commits missing above dropped are
+// never forgiven. With no commit left at all, the newest checkpoint.
+func chainStart(scan chainScan, dropped uint64, ckAt map[uint64]string) uint64 {
+	if scan.keys == 0 {
+		start := uint64(0)
 		for lsn := range ckAt { // every commit dropped: the newest checkpoint holds the head
 			start = max(start, lsn)
+		}
+		return start
+	}
+	if len(scan.holes) > 0 && scan.holes[0].Lo == 1 {
+		if _, ok := ckAt[scan.holes[0].Hi]; ok {
+			// Dropped by a build that left no mark: a prefix ending at a checkpoint.
+			dropped = max(dropped, scan.holes[0].Hi)
+		}
+	}
+	var gone uint64 // the highest commit missing up to dropped
+	for _, h := range scan.holes {
+		if h.Lo <= dropped {
+			gone = min(h.Hi, dropped)
+		}
+	}
+	if gone == 0 {
+		return 0
+	}
+	start := uint64(0)
+	for lsn := range ckAt {
+		if lsn >= gone && (start == 0 || lsn < start) {
+			start = lsn
 		}
 	}
 	return start
@@ -436,13 +466,14 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var rep VerifyReport
-	chain, holes, err := v.scanChain(ctx, 1)
+	scan, err := v.scanChain(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 	}
-	if len(holes.out) > 0 {
-		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(holes.out, ", "))
+	if missing := scan.missing(0); len(missing) > 0 {
+		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(missing, ", "))
 	}
+	chain := scan.keys
 	// The newest checkpoint becomes the base if the chain confirms it: its
 	// commit's hash is taken on the way.
 	var ckKey, ckHash string
@@ -454,7 +485,7 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	}
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, 1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
 		if err != nil {
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		}

@@ -135,15 +135,19 @@ type slowDeletes struct {
 	mu        sync.Mutex
 	now, most int
 	fail      string // a key whose delete is refused
+	budget    int    // > 0: deletes refused once this many started (a kill)
+	started   int
 }
 
 var errRefused = errors.New("delete refused")
 
 func (s *slowDeletes) Delete(ctx context.Context, key string) error {
-	if key == s.fail {
+	s.mu.Lock()
+	s.started++
+	if key == s.fail || s.budget > 0 && s.started > s.budget {
+		s.mu.Unlock()
 		return errRefused
 	}
-	s.mu.Lock()
 	s.now++
 	s.most = max(s.most, s.now)
 	s.mu.Unlock()
@@ -196,6 +200,117 @@ func TestGC_DeletesInParallel(t *testing.T) {
 	if _, err := v.GC(ctx, 0, true); !errors.Is(err, errRefused) {
 		t.Fatalf("gc with a failing delete: %v; want the delete's error", err)
 	}
+}
+
+// TestDropOldCommits_EndedAnywhere: a drop deletes gcDeletes commits at
+// once, and wherever it ends (its limit, a refused delete, a kill after
+// any number of deletes) the volume verifies, from the oldest checkpoint
+// above the commits it left, and the next drop finishes the job. Commits
+// missing above what a drop marked are still named; a prefix dropped by a
+// build that left no mark is forgiven only up to a checkpoint.
+func TestDropOldCommits_EndedAnywhere(t *testing.T) {
+	defer func(p int) { gcPage = p }(gcPage)
+	gcPage = 7
+	ctx := context.Background()
+	build := func(t *testing.T) (*slowDeletes, *Volume) {
+		st, err := fence.OpenLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := &slowDeletes{Store: st}
+		v, err := OpenWith(ctx, t.TempDir(), "vol", slow, Options{CheckpointEvery: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(1); i <= 100; i++ {
+			if _, err := v.Commit(ctx, []Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return slow, v
+	}
+	verified := func(t *testing.T, v *Volume, what string) VerifyReport {
+		t.Helper()
+		rep, err := v.VerifyRemote(ctx)
+		if err != nil || rep.ChainStart == 0 || rep.ChainStart%8 != 0 || rep.Commits != 100-int(rep.ChainStart) || rep.Entries != 100 {
+			t.Fatalf("verify %s: %+v, %v", what, rep, err)
+		}
+		return rep
+	}
+	finish := func(t *testing.T, slow *slowDeletes, v *Volume) {
+		t.Helper()
+		slow.fail, slow.budget = "", 0
+		if _, err := v.DropOldCommits(ctx, 0, true, 0); err != nil {
+			t.Fatal(err)
+		}
+		if rep := verified(t, v, "after the drop finished"); rep.ChainStart != 96 || rep.Unchained != 0 {
+			t.Fatalf("after the drop finished: %+v; want the chain from checkpoint 96, nothing unchained", rep)
+		}
+	}
+	t.Run("in parallel", func(t *testing.T) {
+		slow, v := build(t)
+		n, err := v.DropOldCommits(ctx, 0, true, 0)
+		if err != nil || n != 96 || slow.most != gcDeletes {
+			t.Fatalf("dropped %d, %v, %d deletes at most in flight; want 96, %d", n, err, slow.most, gcDeletes)
+		}
+		verified(t, v, "after a whole drop")
+	})
+	t.Run("limit", func(t *testing.T) {
+		slow, v := build(t)
+		if n, err := v.DropOldCommits(ctx, 0, true, 30); err != nil || n != 30 {
+			t.Fatalf("dropped %d, %v; want 30", n, err)
+		}
+		if rep := verified(t, v, "after 30 of 96"); rep.ChainStart != 32 || rep.Unchained != 2 {
+			t.Fatalf("after 30 of 96 dropped: %+v; want the chain from checkpoint 32, commits 31 and 32 unchained", rep)
+		}
+		finish(t, slow, v)
+	})
+	for _, kill := range []int{1, 9, 40, 95} {
+		t.Run(fmt.Sprint("killed after ", kill), func(t *testing.T) {
+			slow, v := build(t)
+			slow.budget = kill
+			if _, err := v.DropOldCommits(ctx, 0, true, 0); !errors.Is(err, errRefused) {
+				t.Fatalf("drop killed after %d deletes: %v", kill, err)
+			}
+			verified(t, v, fmt.Sprint("after a drop killed after ", kill))
+			finish(t, slow, v)
+		})
+	}
+	t.Run("refused in the middle", func(t *testing.T) {
+		slow, v := build(t)
+		slow.fail = v.commitKey(37)
+		if _, err := v.DropOldCommits(ctx, 0, true, 0); !errors.Is(err, errRefused) {
+			t.Fatalf("drop with commit 37's delete refused: %v", err)
+		}
+		if rep := verified(t, v, "with commit 37 left"); rep.ChainStart < 40 || rep.Unchained == 0 {
+			t.Fatalf("with commit 37 left: %+v; want the chain from a checkpoint above 37", rep)
+		}
+		// A commit missing above the mark is never forgiven.
+		if err := slow.Store.Delete(ctx, v.commitKey(99)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.VerifyRemote(ctx); !errors.Is(err, ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/"+lsnName(99)) ||
+			strings.Contains(err.Error(), lsnName(36)) {
+			t.Fatalf("verify with commit 99 gone: %v; want it named, and only it", err)
+		}
+	})
+	t.Run("no mark", func(t *testing.T) {
+		slow, v := build(t)
+		for lsn := uint64(1); lsn <= 20; lsn++ {
+			if err := slow.Store.Delete(ctx, v.commitKey(lsn)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := v.VerifyRemote(ctx); !errors.Is(err, ErrMissingCommits) || !strings.Contains(err.Error(), lsnName(1)+".."+lsnName(20)) {
+			t.Fatalf("verify with commits 1-20 gone, no mark: %v", err)
+		}
+		for lsn := uint64(21); lsn <= 24; lsn++ {
+			slow.Store.Delete(ctx, v.commitKey(lsn))
+		}
+		if rep := verified(t, v, "with commits 1-24 gone, no mark"); rep.ChainStart != 24 {
+			t.Fatalf("commits 1-24 gone, no mark: %+v; want the chain from checkpoint 24", rep)
+		}
+	})
 }
 
 // TestVerify_InPages: verify reads the commit listing a page at a time

@@ -123,12 +123,16 @@ func fetchAhead[K, T any](ctx context.Context, in iter.Seq2[K, error], lim ahead
 	}
 }
 
-// chainKeys yields the first n commit keys: the chain as a first pass
-// counted it (commits made since are not in it).
-func (v *Volume) chainKeys(ctx context.Context, n int) iter.Seq2[string, error] {
+// chainKeys yields the first n commit keys from LSN from on: the chain as
+// a first pass counted it (commits made since are not in it).
+func (v *Volume) chainKeys(ctx context.Context, from uint64, n int) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
+		after := ""
+		if from > 1 {
+			after = v.commitKey(from - 1)
+		}
 		i := 0
-		for key, err := range v.listed(ctx, v.name+"/commits/") {
+		for key, err := range v.listedAfter(ctx, v.name+"/commits/", after) {
 			if i == n || !yield(key, err) || err != nil {
 				return
 			}

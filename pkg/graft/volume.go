@@ -622,14 +622,15 @@ func (v *Volume) readChain(ctx context.Context) error { return v.readChainFrom(c
 // readChainFrom is readChain; without rebase the checkpoints the commits
 // name are not adopted (RebuildIndex distrusts them).
 func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
-	n, holes, err := v.scanChain(ctx, 1)
+	scan, err := v.scanChain(ctx)
 	if err != nil {
 		return fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
-	if len(holes.out) > 0 {
+	n := scan.keys
+	if missing := scan.missing(0); len(missing) > 0 {
 		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
 			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
-			v.name, ErrMissingCommits, strings.Join(holes.out, ", "), holes.want-1)
+			v.name, ErrMissingCommits, strings.Join(missing, ", "), scan.last)
 	}
 	// Commits are fetched and written locally ahead, 8 at once; linked in order.
 	fetch := func(ctx context.Context, key string) (*Commit, error) {
@@ -643,7 +644,7 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 		}
 		return c, v.writeFile(v.localCommit(c.LSN), c.raw)
 	}
-	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, n), ahead{n: verifyAhead}, nil, fetch) {
+	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, 1, n), ahead{n: verifyAhead}, nil, fetch) {
 		if err != nil {
 			return err
 		}
@@ -662,18 +663,16 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 var ErrMissingCommits = errors.New("commits missing from the remote")
 
 // scanChain reads the commit listing a page at a time: how many commit
-// keys there are, and the LSN ranges missing from from on.
-func (v *Volume) scanChain(ctx context.Context, from uint64) (int, holeFinder, error) {
-	holes := holeFinder{volume: v.name, want: from}
-	n := 0
+// keys there are, the last LSN, and the LSN ranges missing below it.
+func (v *Volume) scanChain(ctx context.Context) (chainScan, error) {
+	scan := chainScan{volume: v.name}
 	for key, err := range v.listed(ctx, v.name+"/commits/") {
 		if err != nil {
-			return n, holes, err
+			return scan, err
 		}
-		holes.add(key)
-		n++
+		scan.add(key)
 	}
-	return n, holes, nil
+	return scan, nil
 }
 
 // keyLSN reads the LSN a commit key ends with.
@@ -682,22 +681,42 @@ func keyLSN(key string) (uint64, bool) {
 	return lsn, err == nil
 }
 
-// holeFinder names the LSN ranges absent from commit keys added in order.
-type holeFinder struct {
+// chainScan is what one pass over the commit keys, in order, found.
+type chainScan struct {
 	volume string
-	want   uint64 // the next LSN expected
-	out    []string
+	keys   int
+	last   uint64
+	holes  []PageRange // LSN ranges missing below last, in order
 }
 
-func (h *holeFinder) add(key string) {
+func (s *chainScan) add(key string) {
 	lsn, ok := keyLSN(key)
 	if !ok {
 		return
 	}
-	if lsn > h.want {
-		h.out = append(h.out, rangeName(h.volume, h.want, lsn-1))
+	if lsn > s.last+1 {
+		s.holes = append(s.holes, PageRange{s.last + 1, lsn - 1})
 	}
-	h.want = lsn + 1
+	s.keys, s.last = s.keys+1, lsn
+}
+
+// missing names the LSN ranges missing above LSN after.
+func (s chainScan) missing(after uint64) []string {
+	var out []string
+	for _, h := range s.holes {
+		if h.Hi > after {
+			out = append(out, rangeName(s.volume, max(h.Lo, after+1), h.Hi))
+		}
+	}
+	return out
+}
+
+// above counts the keys above LSN after, when none is missing there.
+func (s chainScan) above(after uint64) int {
+	if after >= s.last {
+		return 0
+	}
+	return int(s.last - after)
 }
 
 func rangeName(volume string, lo, hi uint64) string {
