@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/silt-dev/silt/internal/faultproxy"
 	"github.com/silt-dev/silt/internal/testserver"
 )
 
@@ -259,4 +261,118 @@ func TestDeepHistory_CompactorRacingTwoArchivers(t *testing.T) {
 	}
 	report(t, scenario{Name: "compactor racing two archivers, gc beside them", Runs: a1.runs + a2.runs + c.runs,
 		Faults: int(races), Detected: int(races), counts: counts})
+}
+
+// TestDeepHistory_DropKilledAtAnyMoment: `archiver gc --drop-old-commits`
+// against a store 5 ms away per DELETE, killed with SIGKILL after a random
+// number of its deletes, again and again: after every kill `archiver
+// verify` passes (the chain starts at the checkpoint above what the kill
+// left, the rest counted as unchained), a cold read is the whole history,
+// and a run to the end leaves nothing unchained.
+func TestDeepHistory_DropKilledAtAnyMoment(t *testing.T) {
+	srv := testserver.Redis(t)
+	minio := testserver.S3(t, "minio")
+	bucket := minio.CreateBucket(t)
+	px, err := faultproxy.StartHTTP(minio.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	dir := t.TempDir()
+	remote := fmt.Sprintf("s3://%s/silt?endpoint=%s&region=us-east-1&path-style=true", bucket, px.URL)
+	env := func(name string) []string {
+		return append(archiverEnv(srv, filepath.Join(dir, name), remote), minio.Env()...)
+	}
+	ids := feed(t, env("data"), 1200)
+	silt(t, "", env("data"), "archiver", "run", "--stream", "events", "--keep-last", "10", "--slice-entries", "3", "--exact")
+	time.Sleep(1100 * time.Millisecond)
+	silt(t, "", env("data"), "archiver", "gc", "--grace", "1s", "--force") // superseded checkpoints first: the kills land in the drop
+	px.Delay("DELETE", 5*time.Millisecond)
+	type verified struct {
+		Remote struct {
+			Commits    int
+			ChainStart int `json:"chain_start"`
+			Unchained  int
+		}
+	}
+	verify := func(what string) verified {
+		t.Helper()
+		var r verified
+		out := silt(t, "", env(fmt.Sprintf("verify-%d", time.Now().UnixNano())), "archiver", "verify")
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("verify %s: %v: %s", what, err, out)
+		}
+		return r
+	}
+	before := verify("before the drop")
+	kills, partial := 0, 0
+	for attempt := 0; partial < 3; attempt++ {
+		if attempt == 12 {
+			t.Fatalf("%d kills, %d of them mid-drop: the drop ends before a kill can land", kills, partial)
+		}
+		cmd := exec.Command(filepath.Join(binDir, "archiver"), "gc", "--grace", "1s", "--force", "--drop-old-commits")
+		cmd.Env = append(os.Environ(), env("data")...)
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		start := px.Seen("DELETE")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		after := start + 1 + int64(rand.IntN(60)) // some deletes in
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-done:
+				break wait
+			case <-time.After(time.Millisecond):
+				if px.Seen("DELETE") >= after {
+					cmd.Process.Signal(syscall.SIGKILL)
+					err = <-done
+					break wait
+				}
+			}
+		}
+		if err == nil {
+			t.Fatalf("the drop finished before %d deletes: %d commits were droppable", after-start, before.Remote.Commits)
+		}
+		if !killedBySignal(err, syscall.SIGKILL) {
+			t.Fatalf("gc --drop-old-commits: %v\n%s", err, errOut.String())
+		}
+		kills++
+		r := verify(fmt.Sprintf("after kill %d", kills))
+		if r.Remote.ChainStart == 0 || r.Remote.ChainStart+r.Remote.Commits != before.Remote.Commits {
+			t.Fatalf("verify after kill %d: %+v; want the chain from a checkpoint up to commit %d", kills, r.Remote, before.Remote.Commits)
+		}
+		if r.Remote.Unchained > 0 {
+			partial++
+		}
+	}
+	silt(t, "", env("data"), "archiver", "gc", "--grace", "1s", "--force", "--drop-old-commits")
+	final := verify("after the drop finished")
+	if final.Remote.Unchained != 0 || final.Remote.ChainStart == 0 {
+		t.Fatalf("verify after the drop finished: %+v", final.Remote)
+	}
+	got := coldIDs(t, env("cold"))
+	want := ids // the archive and the 10 kept live, merged
+	seen := map[string]bool{}
+	c := counts{Entries: len(want)}
+	for _, id := range got {
+		if seen[id] {
+			c.Duplicates++
+		}
+		seen[id] = true
+	}
+	for _, id := range want {
+		if !seen[id] {
+			c.Lost++
+		}
+	}
+	report(t, scenario{Name: "gc --drop-old-commits killed after a random number of deletes, verified after each kill", Runs: kills + 1, Faults: kills, counts: c})
+	if !slices.Equal(got, want) {
+		t.Fatalf("cold read after the drops: %d entries, want the %d appended, in order, once", len(got), len(want))
+	}
+	t.Logf("%d kills (%d left commits unchained); chain from %d before, %d after", kills, partial, before.Remote.ChainStart, final.Remote.ChainStart)
 }

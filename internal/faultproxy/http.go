@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // HTTP is a reverse proxy in front of an S3 endpoint that can answer with S3
@@ -19,8 +20,10 @@ type HTTP struct {
 	srv      *http.Server
 	mu       sync.Mutex
 	failures []failure
-	Requests atomic.Int64 // requests received
-	Injected atomic.Int64 // requests answered with an injected error
+	delays   map[string]time.Duration // by method
+	seen     map[string]int64         // requests received, by method
+	Requests atomic.Int64             // requests received
+	Injected atomic.Int64             // requests answered with an injected error
 }
 
 type failure struct {
@@ -44,6 +47,9 @@ func StartHTTP(target string) (*HTTP, error) {
 	rp := httputil.NewSingleHostReverseProxy(u)
 	h.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.Requests.Add(1)
+		if d := h.arrived(r.Method); d > 0 {
+			time.Sleep(d)
+		}
 		if f, ok := h.next(r.Method); ok {
 			h.Injected.Add(1)
 			w.Header().Set("Content-Type", "application/xml")
@@ -76,6 +82,35 @@ func (h *HTTP) next(method string) (failure, bool) {
 		}
 	}
 	return failure{}, false
+}
+
+// Delay holds every later request with method for d before it is
+// answered, as a distant store would (0: no delay).
+func (h *HTTP) Delay(method string, d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.delays == nil {
+		h.delays = map[string]time.Duration{}
+	}
+	h.delays[method] = d
+}
+
+// Seen returns how many requests with method the proxy has received.
+func (h *HTTP) Seen(method string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[method]
+}
+
+// arrived counts a request and returns its delay.
+func (h *HTTP) arrived(method string) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]int64{}
+	}
+	h.seen[method]++
+	return h.delays[method]
 }
 
 // Reset drops the failures not yet used up.
