@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,34 +97,93 @@ func TestCheckpoint_MissingOldCommitsStillOpen(t *testing.T) {
 	}
 }
 
-// A corrupt newest checkpoint is named in a warning and the open reads the
-// chain instead; with the chain broken as well, the error names what is
-// missing and the repair.
-func TestCheckpoint_CorruptFallsBackToChain(t *testing.T) {
+// A corrupt newest checkpoint is named in a warning and the open starts
+// from the one before it; with every checkpoint corrupt it reads the chain
+// instead; with the chain broken as well, the error names what is missing
+// and the repair.
+func TestCheckpoint_CorruptFallsBackToOlderThenChain(t *testing.T) {
 	st := deep(t, 40, 0)
-	keys, err := st.List(context.Background(), "vol/checkpoints/", "", 1)
-	if err != nil || len(keys) != 1 {
+	keys, err := st.List(context.Background(), "vol/checkpoints/", "", 0)
+	if err != nil || len(keys) != 2 {
 		t.Fatal(keys, err)
 	}
-	flip(t, filepath.Join(st.Store.(*fence.Local).Root(), filepath.FromSlash(keys[0])), 30)
-	var warnings []string
-	v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{Warn: func(m string) { warnings = append(warnings, m) }})
-	if err != nil || v.Head() != 40 {
-		t.Fatalf("open with a corrupt checkpoint: %v", err)
+	root := func(key string) string { return filepath.Join(st.Store.(*fence.Local).Root(), filepath.FromSlash(key)) }
+	open := func(what string, wantWarnings ...string) *graft.Volume {
+		t.Helper()
+		var warnings []string
+		v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{Warn: func(m string) { warnings = append(warnings, m) }})
+		if err != nil || v.Head() != 40 {
+			t.Fatalf("open with %s: %v", what, err)
+		}
+		if len(warnings) != len(wantWarnings) {
+			t.Fatalf("open with %s: warnings %q, want %q", what, warnings, wantWarnings)
+		}
+		for i, w := range wantWarnings {
+			if !strings.Contains(warnings[i], w) || !strings.Contains(warnings[i], "corrupt") {
+				t.Fatalf("open with %s: warning %q, want %q", what, warnings[i], w)
+			}
+		}
+		if got := read(t, v, 40, 7); got != "page 7" {
+			t.Fatalf("page 7 = %q", got)
+		}
+		return v
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "checkpoint 32 unusable") || !strings.Contains(warnings[0], "corrupt") {
-		t.Fatalf("warnings %q, want the checkpoint named", warnings)
-	}
-	if got := read(t, v, 40, 7); got != "page 7" {
-		t.Fatalf("page 7 = %q", got)
-	}
+	flip(t, root(keys[0]), 30)
+	v := open("the newest checkpoint corrupt", "checkpoint 32 unusable, trying the one before it")
 	if _, err := v.VerifyRemote(context.Background()); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), keys[0]) {
 		t.Fatalf("verify = %v, want the corrupt checkpoint named", err)
 	}
+	flip(t, root(keys[1]), 30)
+	open("every checkpoint corrupt", "checkpoint 32 unusable, trying the one before it", "checkpoint 16 unusable, reading the commit chain instead")
 	st.Delete(context.Background(), "vol/commits/00000000000000000005")
 	_, err = graft.Open(context.Background(), t.TempDir(), "vol", st)
 	if !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/00000000000000000005") || !strings.Contains(err.Error(), "archiver pull") {
 		t.Fatalf("open with a corrupt checkpoint and a hole in the chain = %v", err)
+	}
+}
+
+// Once old commits were dropped, a corrupt newest checkpoint is passed over
+// for the one the drop kept, but never for one below the commits dropped:
+// its newest commit would be looked for in the hole above it, and the
+// volume would open at that checkpoint, silently behind.
+func TestCheckpoint_CorruptAfterDropNeverOpensBehind(t *testing.T) {
+	st := deep(t, 80, 0)
+	ctx := context.Background()
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // checkpoint 80 older than the grace
+	for i := uint64(81); i <= 100; i++ {
+		if _, err := v.Commit(ctx, []graft.Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := v.DropOldCommits(ctx, time.Second, true, 0); err != nil || n != 80 {
+		t.Fatalf("dropped %d, %v; want the 80 up to checkpoint 80, the oldest kept", n, err)
+	}
+	root := func(lsn int) string {
+		return filepath.Join(st.Store.(*fence.Local).Root(), "vol", "checkpoints", fmt.Sprintf("%020d", uint64(math.MaxUint64)-uint64(lsn)))
+	}
+	flip(t, root(96), 30)
+	var warnings []string
+	cold, err := graft.OpenWith(ctx, t.TempDir(), "vol", st, graft.Options{Warn: func(m string) { warnings = append(warnings, m) }})
+	if err != nil || cold.Head() != 100 || len(warnings) != 1 || !strings.Contains(warnings[0], "checkpoint 96 unusable, trying the one before it") {
+		t.Fatalf("open with checkpoint 96 corrupt: head %d, %v, warnings %q; want head 100 from checkpoint 80", cold.Head(), err, warnings)
+	}
+	for no := uint64(1); no <= 100; no++ {
+		if got := read(t, cold, 100, no); got != fmt.Sprint("page ", no) {
+			t.Fatalf("page %d = %q", no, got)
+		}
+	}
+	flip(t, root(80), 30)
+	behind, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if !errors.Is(err, graft.ErrMissingCommits) {
+		head := uint64(0)
+		if behind != nil {
+			head = behind.Head()
+		}
+		t.Fatalf("open with checkpoints 96 and 80 corrupt: head %d, %v; want the missing commits named, not checkpoint 64's head", head, err)
 	}
 }
 

@@ -53,7 +53,7 @@ type Volume struct {
 	indexLen  int                     // entries held in indexes
 	leafMu    sync.Mutex              // guards leaves, so a leaf is read while mu is held
 	leaves    map[string]any          // decoded leaves ([]Entry) and branches ([]nodeRef) by key
-	badBase   uint64                  // a checkpoint rebase found unusable
+	badBases  map[uint64]bool         // checkpoints found unusable: warned about once, never adopted
 	localHead uint64                  // the newest local commit file this handle wrote (the head hint)
 	segBuf    []byte                  // the last commit's segment buffer, for the next to reuse (mu)
 }
@@ -528,7 +528,7 @@ func (v *Volume) newestAfter(ctx context.Context, lsn uint64) (*Commit, error) {
 // commits stay in memory, nothing is lost.
 func (v *Volume) rebase(ctx context.Context, lsn uint64) {
 	b := v.baseLSN()
-	if lsn <= b || lsn > v.headLSN() || lsn == v.badBase {
+	if lsn <= b || lsn > v.headLSN() || v.badBases[lsn] {
 		return
 	}
 	key := v.checkpointKey(lsn)
@@ -546,35 +546,86 @@ func (v *Volume) rebase(ctx context.Context, lsn uint64) {
 			}
 		}
 	}
-	v.badBase = lsn // warned once; the next checkpoint is tried when a commit names it
+	v.markBad(lsn) // warned once; the next checkpoint is tried when a commit names it
 	v.warnf("checkpoint %d named by a commit is unusable, keeping the commits since %d in memory: %v", lsn, b, err)
 }
 
 // catchUp is the open's jump: when the remote's newest checkpoint is above
 // the local head, it becomes the base and the newest commit after it
 // brings the commits between in its tail (current: the head is the
-// remote's newest, no probe needed). Without a usable checkpoint a volume
-// with no local state reads the whole commit chain.
+// remote's newest, no probe needed). An unusable checkpoint is named in a
+// warning and the next older one tried, up to jumpTries of them: once old
+// commits were dropped (DropOldCommits) an older checkpoint is the only way
+// in. Without a usable checkpoint a volume with no local state reads the
+// whole commit chain.
 func (v *Volume) catchUp(ctx context.Context) (current bool, err error) {
-	keys, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1)
+	keys, err := v.store.List(ctx, v.name+"/checkpoints/", "", jumpTries) // newest first
 	if err != nil {
 		return false, fmt.Errorf("open volume %s: %w", v.name, err)
 	}
-	if len(keys) == 1 {
-		lsn, ok := checkpointLSN(keys[0])
-		if ok && lsn > v.headLSN() {
-			current, err := v.jump(ctx, keys[0], lsn)
-			if err == nil {
-				return current, nil
-			}
-			v.badBase = lsn
-			v.warnf("checkpoint %d unusable, reading the commit chain instead: %v", lsn, err)
+	var floor uint64
+	for i, key := range keys {
+		lsn, ok := checkpointLSN(key)
+		if !ok || lsn <= v.headLSN() || lsn < floor {
+			break
 		}
+		current, err := v.jump(ctx, key, lsn)
+		if err == nil {
+			return current, nil
+		}
+		v.markBad(lsn)
+		if i == 0 {
+			// A checkpoint below the commits dropped has a hole above it,
+			// where its newest commit would be looked for: never adopted.
+			var ferr error
+			if floor, ferr = v.chainFloor(ctx); ferr != nil {
+				return false, fmt.Errorf("open volume %s: checkpoint %d unusable (%v), and then: %w", v.name, lsn, err, ferr)
+			}
+		}
+		next := "reading the commit chain instead"
+		if i+1 < len(keys) {
+			if older, ok := checkpointLSN(keys[i+1]); ok && older >= floor && older > v.headLSN() {
+				next = "trying the one before it"
+			}
+		}
+		v.warnf("checkpoint %d unusable, %s: %v", lsn, next, err)
 	}
 	if v.headLSN() > 0 {
 		return false, nil // refresh probes forward from the head
 	}
 	return true, v.readChain(ctx)
+}
+
+// markBad records that the checkpoint at lsn is unusable.
+func (v *Volume) markBad(lsn uint64) {
+	if v.badBases == nil {
+		v.badBases = map[uint64]bool{}
+	}
+	v.badBases[lsn] = true
+}
+
+// jumpTries is how many checkpoints, newest first, an open tries before it
+// reads the commit chain.
+const jumpTries = 4
+
+// chainFloor is the lowest checkpoint LSN whose commits above are all
+// there: what a drop of old commits may have deleted up to (its mark, or,
+// dropped by a build that left none, the commit before the first left).
+func (v *Volume) chainFloor(ctx context.Context) (uint64, error) {
+	floor, err := v.droppedUpTo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	first, err := v.store.List(ctx, v.name+"/commits/", "", 1)
+	if err != nil {
+		return 0, err
+	}
+	if len(first) == 1 {
+		if lsn, ok := keyLSN(first[0]); ok && lsn > 1 {
+			floor = max(floor, lsn-1)
+		}
+	}
+	return floor, nil
 }
 
 // jump adopts the checkpoint at key (above the head: nothing local is
