@@ -110,6 +110,7 @@ func fetchAhead[K, T any](ctx context.Context, in iter.Seq2[K, error], lim ahead
 				return
 			}
 			p := queue[0]
+			queue[0] = nil // or the backing array keeps a taken result (a whole segment) alive
 			queue = queue[1:]
 			<-p.done
 			bytes -= p.size

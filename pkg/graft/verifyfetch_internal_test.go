@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -403,4 +405,38 @@ func pagesVolume(t *testing.T, n, checkpointEvery int) (*fence.Local, *Volume) {
 		}
 	}
 	return st, v
+}
+
+// TestFetchAhead_ForgetsTakenResults: a result the caller has taken and
+// let go of is garbage once the walk moves on, whatever is still in
+// flight. The queue's backing array held up to six taken results (whole
+// segments of up to 4 MiB for verify and pull), and verify's peak RSS at
+// 100,000 compacted commits went from 74 to 120 MiB.
+func TestFetchAhead_ForgetsTakenResults(t *testing.T) {
+	type item struct{ payload [1 << 16]byte }
+	keys := func(yield func(int, error) bool) {
+		for i := range 64 {
+			if !yield(i, nil) {
+				return
+			}
+		}
+	}
+	var taken []weak.Pointer[item]
+	fetch := func(context.Context, int) (*item, error) { return new(item), nil }
+	i := 0
+	for it, err := range fetchAhead(context.Background(), keys, ahead{n: 8}, nil, fetch) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, weak.Make(it))
+		if i >= 4 {
+			runtime.GC()
+			for j, w := range taken[:i-1] {
+				if w.Value() != nil {
+					t.Fatalf("at result %d, result %d (taken and let go) is still reachable", i, j)
+				}
+			}
+		}
+		i++
+	}
 }
