@@ -679,6 +679,11 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 	}
 	n := scan.keys
 	if missing := scan.missing(0); len(missing) > 0 {
+		if dropped, derr := v.droppedUpTo(ctx); derr == nil && dropped > 0 && scan.holes[0].Lo == 1 {
+			return fmt.Errorf("volume %s: %w: %s; the commits up to %d were dropped (gc --drop-old-commits), so only a checkpoint "+
+				"at or above %d opens this volume, and none did (the warnings say why each was unusable)",
+				v.name, ErrMissingCommits, strings.Join(missing, ", "), dropped, dropped)
+		}
 		return fmt.Errorf("volume %s: %w: the remote lacks %s of a chain of %d commits, and no checkpoint covers them "+
 			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
 			v.name, ErrMissingCommits, strings.Join(missing, ", "), scan.last)
