@@ -72,7 +72,7 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 	}
 	live.seal()
 	garbage := func(key string) bool {
-		return segmentLSN(key) <= head && !live.has(key) && time.Since(keyTime(key)) >= grace
+		return madeFor(key) <= head && !live.has(key) && time.Since(keyTime(key)) >= grace
 	}
 	deleted, err := v.deleteListed(ctx, v.name+"/segments/", garbage)
 	if err != nil {
@@ -145,7 +145,7 @@ type liveSegments []liveKey
 
 type liveKey struct{ lsn, hash uint64 }
 
-func liveKeyOf(key string) liveKey { return liveKey{segmentLSN(key), keyHash(key)} }
+func liveKeyOf(key string) liveKey { return liveKey{madeFor(key), keyHash(key)} }
 
 func (a liveKey) compare(b liveKey) int {
 	return cmp.Or(cmp.Compare(a.lsn, b.lsn), cmp.Compare(a.hash, b.hash))
@@ -167,9 +167,10 @@ func keyHash(key string) uint64 {
 	return h.Sum64()
 }
 
-// segmentLSN reads the LSN a segment key <volume>/segments/<lsn>-<ms>-<writer>
-// was made for; 0 when it has none.
-func segmentLSN(key string) uint64 {
+// madeFor reads the LSN a segment key <volume>/segments/<lsn>-<ms>-<writer>
+// or an index node key <volume>/index|branches/<lsn>-<ms>-<sha256> was made
+// for; 0 when it has none.
+func madeFor(key string) uint64 {
 	name := key[strings.LastIndexByte(key, '/')+1:]
 	digits, _, _ := strings.Cut(name, "-")
 	lsn, _ := strconv.ParseUint(digits, 10, 64)
@@ -319,7 +320,11 @@ func (v *Volume) gcCheckpoints(ctx context.Context, k kept, grace time.Duration)
 	if len(k.roots) == 0 {
 		return deleted, nil
 	}
-	garbage := func(key string) bool { return !k.nodes[key] && time.Since(keyTime(key)) >= grace }
+	// A node made for a checkpoint above the newest root belongs to one in
+	// flight: kept, whatever its writer's clock put in its key.
+	garbage := func(key string) bool {
+		return !k.nodes[key] && madeFor(key) <= k.newest && time.Since(keyTime(key)) >= grace
+	}
 	for _, dir := range []string{"/index/", "/branches/"} {
 		n, err := v.deleteListed(ctx, v.name+dir, garbage)
 		deleted += n

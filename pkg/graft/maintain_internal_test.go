@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -311,6 +312,54 @@ func TestDropOldCommits_EndedAnywhere(t *testing.T) {
 			t.Fatalf("commits 1-24 gone, no mark: %+v; want the chain from checkpoint 24", rep)
 		}
 	})
+}
+
+// TestGC_KeepsNodesOfACheckpointInFlight: a checkpoint writes its nodes
+// before its root, and a node's key carries its writer's clock. gc never
+// deletes a node made for a checkpoint above the newest root (one in
+// flight), however old its key says it is; an unnamed node at or below it
+// (a checkpoint that lost or crashed) goes once past the grace.
+func TestGC_KeepsNodesOfACheckpointInFlight(t *testing.T) {
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 20; i++ {
+		if _, err := v.Commit(ctx, []Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := func(dir string, lsn uint64) string { // written "in 1970": a clock far behind
+		return fmt.Sprintf("vol/%s/%s-%013d-%064d", dir, lsnName(lsn), 1000, lsn)
+	}
+	inFlight := []string{node("index", 21), node("branches", 21)}
+	orphans := []string{node("index", 20), node("branches", 12)}
+	for _, k := range append(slices.Clone(inFlight), orphans...) {
+		if err := st.Create(ctx, k, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.GC(ctx, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range inFlight {
+		if _, err := st.Get(ctx, k, fence.Range{}); err != nil {
+			t.Errorf("node %s of the checkpoint in flight: %v", k, err)
+		}
+	}
+	for _, k := range orphans {
+		if _, err := st.Get(ctx, k, fence.Range{}); !errors.Is(err, fence.ErrNotFound) {
+			t.Errorf("unnamed node %s left: %v", k, err)
+		}
+	}
+	if _, err := v.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestVerify_InPages: verify reads the commit listing a page at a time
