@@ -283,7 +283,7 @@ func TestDeepHistory_DropKilledAtAnyMoment(t *testing.T) {
 	env := func(name string) []string {
 		return append(archiverEnv(srv, filepath.Join(dir, name), remote), minio.Env()...)
 	}
-	ids := feed(t, env("data"), 1200)
+	ids := feed(t, env("data"), 1500)
 	silt(t, "", env("data"), "archiver", "run", "--stream", "events", "--keep-last", "10", "--slice-entries", "3", "--exact")
 	time.Sleep(1100 * time.Millisecond)
 	silt(t, "", env("data"), "archiver", "gc", "--grace", "1s", "--force") // superseded checkpoints first: the kills land in the drop
@@ -335,8 +335,11 @@ func TestDeepHistory_DropKilledAtAnyMoment(t *testing.T) {
 				}
 			}
 		}
-		if err == nil {
-			t.Fatalf("the drop finished before %d deletes: %d commits were droppable", after-start, before.Remote.Commits)
+		if err == nil { // it finished before the kill: nothing left to cut short
+			if partial == 0 {
+				t.Fatalf("the drop finished before %d deletes and no kill had left commits unchained", after-start)
+			}
+			break
 		}
 		if !killedBySignal(err, syscall.SIGKILL) {
 			t.Fatalf("gc --drop-old-commits: %v\n%s", err, errOut.String())
