@@ -119,7 +119,7 @@ func (v *Volume) deleteInOrder(ctx context.Context, op, prefix, after string, pi
 			return int(deleted.Load()), err
 		}
 		del, stop := pick(k)
-		if stop {
+		if stop || gctx.Err() != nil { // a delete failed: issue no more
 			break
 		}
 		if !del {
@@ -134,6 +134,9 @@ func (v *Volume) deleteInOrder(ctx context.Context, op, prefix, after string, pi
 		})
 	}
 	err := g.Wait()
+	if err == nil && ctx.Err() != nil { // cancelled, not stopped by a failed delete
+		err = fmt.Errorf("%s: %w", op, ctx.Err())
+	}
 	return int(deleted.Load()), err
 }
 

@@ -280,8 +280,13 @@ func TestDropOldCommits_EndedAnywhere(t *testing.T) {
 	t.Run("refused in the middle", func(t *testing.T) {
 		slow, v := build(t)
 		slow.fail = v.commitKey(37)
+		gcPage = 1000 // one page: a failed delete must stop the deletes, not the listing
+		defer func() { gcPage = 7 }()
 		if _, err := v.DropOldCommits(ctx, 0, true, 0); !errors.Is(err, errRefused) {
 			t.Fatalf("drop with commit 37's delete refused: %v", err)
+		}
+		if slow.started > 37+gcDeletes {
+			t.Fatalf("%d deletes issued; after commit 37's was refused, at most the %d in flight should follow", slow.started, gcDeletes)
 		}
 		if rep := verified(t, v, "with commit 37 left"); rep.ChainStart < 40 || rep.Unchained == 0 {
 			t.Fatalf("with commit 37 left: %+v; want the chain from a checkpoint above 37", rep)
