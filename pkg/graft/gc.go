@@ -118,8 +118,11 @@ func (v *Volume) deleteInOrder(ctx context.Context, op, prefix, after string, pi
 			}
 			return int(deleted.Load()), err
 		}
+		if gctx.Err() != nil { // a delete failed (or ctx is done): issue no more
+			break
+		}
 		del, stop := pick(k)
-		if stop || gctx.Err() != nil { // a delete failed: issue no more
+		if stop {
 			break
 		}
 		if !del {
