@@ -214,20 +214,8 @@ func TestDropOldCommits_EndedAnywhere(t *testing.T) {
 	gcPage = 7
 	ctx := context.Background()
 	build := func(t *testing.T) (*slowDeletes, *Volume) {
-		st, err := fence.OpenLocal(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		slow := &slowDeletes{Store: st}
-		v, err := OpenWith(ctx, t.TempDir(), "vol", slow, Options{CheckpointEvery: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := uint64(1); i <= 100; i++ {
-			if _, err := v.Commit(ctx, []Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
+		var slow *slowDeletes
+		_, v := pagesVolumeOn(t, func(st fence.Store) fence.Store { slow = &slowDeletes{Store: st}; return slow }, 100, 8)
 		return slow, v
 	}
 	verified := func(t *testing.T, v *Volume, what string) VerifyReport {
@@ -326,19 +314,7 @@ func TestDropOldCommits_EndedAnywhere(t *testing.T) {
 // (a checkpoint that lost or crashed) goes once past the grace.
 func TestGC_KeepsNodesOfACheckpointInFlight(t *testing.T) {
 	ctx := context.Background()
-	st, err := fence.OpenLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := uint64(1); i <= 20; i++ {
-		if _, err := v.Commit(ctx, []Page{{No: i, Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, v := pagesVolume(t, 20, 4)
 	node := func(dir string, lsn uint64) string { // written "in 1970": a clock far behind
 		return fmt.Sprintf("vol/%s/%s-%013d-%064d", dir, lsnName(lsn), 1000, lsn)
 	}

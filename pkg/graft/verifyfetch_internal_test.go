@@ -390,12 +390,23 @@ func TestWalk_Ahead(t *testing.T) {
 // (page i holds "page i"), checkpointing every checkpointEvery.
 func pagesVolume(t *testing.T, n, checkpointEvery int) (*fence.Local, *Volume) {
 	t.Helper()
+	return pagesVolumeOn(t, nil, n, checkpointEvery)
+}
+
+// pagesVolumeOn is pagesVolume with the volume's store wrapped by wrap
+// (nil: none); it returns the local store underneath.
+func pagesVolumeOn(t *testing.T, wrap func(fence.Store) fence.Store, n, checkpointEvery int) (*fence.Local, *Volume) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := fence.OpenLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: checkpointEvery})
+	var vs fence.Store = st
+	if wrap != nil {
+		vs = wrap(st)
+	}
+	v, err := OpenWith(ctx, t.TempDir(), "vol", vs, Options{CheckpointEvery: checkpointEvery})
 	if err != nil {
 		t.Fatal(err)
 	}
