@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/faultproxy"
 	"github.com/silt-dev/silt/internal/testserver"
 )
 
@@ -271,15 +270,8 @@ func TestDeepHistory_CompactorRacingTwoArchivers(t *testing.T) {
 // and a run to the end leaves nothing unchained.
 func TestDeepHistory_DropKilledAtAnyMoment(t *testing.T) {
 	srv := testserver.Redis(t)
-	minio := testserver.S3(t, "minio")
-	bucket := minio.CreateBucket(t)
-	px, err := faultproxy.StartHTTP(minio.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
+	minio, px, remote := minioBehindProxy(t)
 	dir := t.TempDir()
-	remote := fmt.Sprintf("s3://%s/silt?endpoint=%s&region=us-east-1&path-style=true", bucket, px.URL)
 	env := func(name string) []string {
 		return append(archiverEnv(srv, filepath.Join(dir, name), remote), minio.Env()...)
 	}

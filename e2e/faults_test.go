@@ -331,21 +331,29 @@ func TestFaults_ProxyS3(t *testing.T) {
 	}
 }
 
+// minioBehindProxy starts MinIO with a new bucket and an HTTP fault proxy
+// in front of it (closed with the test): the server (for its
+// credentials), the proxy, and the archive remote URL through the proxy.
+func minioBehindProxy(t *testing.T) (testserver.S3Server, *faultproxy.HTTP, string) {
+	t.Helper()
+	minio := testserver.S3(t, "minio")
+	bucket := minio.CreateBucket(t)
+	px, err := faultproxy.StartHTTP(minio.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return minio, px, fmt.Sprintf("s3://%s/silt?endpoint=%s&region=us-east-1&path-style=true", bucket, px.URL)
+}
+
 // TestFaults_S3ErrorAnswers answers the archiver's requests with 500
 // InternalError, 503 SlowDown and 409 ConditionalRequestConflict for a
 // while: short bursts are retried with backoff and the run succeeds; a long
 // burst fails the run; nothing is trimmed without a commit.
 func TestFaults_S3ErrorAnswers(t *testing.T) {
 	srv := testserver.Redis(t)
-	minio := testserver.S3(t, "minio")
-	bucket := minio.CreateBucket(t)
-	hp, err := faultproxy.StartHTTP(minio.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hp.Close()
+	minio, hp, s3url := minioBehindProxy(t)
 	dir := t.TempDir()
-	s3url := fmt.Sprintf("s3://%s/silt?endpoint=%s&region=us-east-1&path-style=true", bucket, hp.URL)
 	env := append(archiverEnv(srv, filepath.Join(dir, "data"), s3url), minio.Env()...)
 	p := startProducer(t, srv, time.Millisecond)
 	bursts := []struct {

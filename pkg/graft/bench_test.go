@@ -71,13 +71,7 @@ func BenchmarkUpload_Ratio(b *testing.B) {
 		return len(seg)
 	}
 	benchratio.Compare(b, silt, raw)
-	for _, m := range []struct {
-		name string
-		v    []float64
-	}{{"segment-ms", segment}, {"commit-put-ms", commitPut}, {"local-head-ms", rest}, {"raw-create-ms", rawTime}} {
-		slices.Sort(m.v)
-		b.ReportMetric(m.v[len(m.v)/2], m.name)
-	}
+	reportMedians(b, map[string][]float64{"segment-ms": segment, "commit-put-ms": commitPut, "local-head-ms": rest, "raw-create-ms": rawTime})
 	var _ fence.Store = st
 }
 
@@ -394,11 +388,14 @@ func BenchmarkDeepWalks(b *testing.B) {
 		}
 		walkGets = append(walkGets, float64(gets.Load()))
 	}
-	for _, m := range []struct {
-		name string
-		v    []float64
-	}{{"cold-chain-s", chain}, {"verify-s", verify}, {"pull-s", pull}, {"large-walk-gets", walkGets}} {
-		slices.Sort(m.v)
-		b.ReportMetric(m.v[len(m.v)/2], m.name)
+	reportMedians(b, map[string][]float64{"cold-chain-s": chain, "verify-s": verify, "pull-s": pull, "large-walk-gets": walkGets})
+}
+
+// reportMedians reports the median of each series under its name (the
+// testing package prints extra metrics sorted by name).
+func reportMedians(b *testing.B, series map[string][]float64) {
+	for name, v := range series {
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], name)
 	}
 }
