@@ -164,8 +164,16 @@ func (e *Encrypted) sealFrom(w io.Writer, key string, src io.Reader) (int64, err
 }
 
 // Get returns the plaintext bytes r selects (Store's contract), fetching
-// only the chunks that hold them.
+// only the chunks that hold them. A Suffix reads the whole object: where
+// its last chunks start depends on a size only the object knows.
 func (e *Encrypted) Get(ctx context.Context, key string, r Range) ([]byte, error) {
+	if r.IsSuffix() {
+		b, err := e.Get(ctx, key, Range{})
+		if err != nil {
+			return nil, err
+		}
+		return b[max(0, int64(len(b))+r.Off):], nil
+	}
 	if r.IsWhole() {
 		b, err := e.store.Get(ctx, key, r)
 		if err != nil {
@@ -272,7 +280,8 @@ type plainStore struct{ Store }
 
 func (p plainStore) Get(ctx context.Context, key string, r Range) ([]byte, error) {
 	b, err := p.Store.Get(ctx, key, r)
-	if err == nil && r.Off == 0 && len(b) >= 5 && string(b[:4]) == encMagic && b[4] == encVersion {
+	whole := r.Off == 0 || r.IsSuffix() && int64(len(b)) < -r.Off
+	if err == nil && whole && len(b) >= 5 && string(b[:4]) == encMagic && b[4] == encVersion {
 		return nil, fmt.Errorf("get %s: %w: the object is encrypted (key %x): give its key", key, ErrKey, b[12:min(len(b), 20)])
 	}
 	return b, err

@@ -102,9 +102,19 @@ func OpenSized(key, path string, size int64) (*os.File, error) {
 }
 
 // Range selects bytes [Off, Off+Len) of an object; Len 0 means to the end.
+// A negative Off with Len 0 selects the object's last -Off bytes (all of it
+// when it is shorter): see Suffix.
 type Range struct {
 	Off, Len int64
 }
+
+// Suffix selects an object's last n bytes, or the whole object when it has
+// fewer: a reader that finds a record at the end of an object (a packed
+// commit) reads it in one request without knowing the object's size.
+func Suffix(n int64) Range { return Range{Off: -n} }
+
+// IsSuffix reports whether r selects the object's end (Suffix).
+func (r Range) IsSuffix() bool { return r.Off < 0 }
 
 // IsWhole reports whether r selects the whole object.
 func (r Range) IsWhole() bool { return r.Off == 0 && r.Len == 0 }

@@ -184,6 +184,9 @@ func readRange(f *os.File, key string, r Range) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
+	if r.IsSuffix() && r.Len == 0 {
+		r.Off = max(0, st.Size()+r.Off)
+	}
 	if r.Off < 0 || r.Len < 0 || r.Off > st.Size() {
 		return nil, fmt.Errorf("get %s: range %d+%d outside object of %d bytes", key, r.Off, r.Len, st.Size())
 	}

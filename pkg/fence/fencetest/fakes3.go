@@ -211,11 +211,15 @@ func (f *FakeS3) apply(w http.ResponseWriter, r *http.Request, path string) {
 	}
 }
 
-// rangeOf serves "bytes=a-b" and "bytes=a-".
+// rangeOf serves "bytes=a-b", "bytes=a-" and "bytes=-n".
 func rangeOf(body []byte, h string) ([]byte, int) {
 	spec, ok := strings.CutPrefix(h, "bytes=")
 	if !ok {
 		return body, 200
+	}
+	if n, ok := strings.CutPrefix(spec, "-"); ok {
+		last, _ := strconv.Atoi(n)
+		return body[max(0, len(body)-last):], 206
 	}
 	a, b, _ := strings.Cut(spec, "-")
 	from, _ := strconv.Atoi(a)

@@ -54,6 +54,9 @@ func testCreateThenGet(t *testing.T, st fence.Store) {
 		t.Fatalf("Get = %d bytes, %v; want the %d bytes created", len(got), err, len(body))
 	}
 	create(t, st, "empty", "")
+	if got, err := st.Get(context.Background(), "empty", fence.Suffix(24)); err != nil || len(got) != 0 {
+		t.Fatalf("Get(empty, Suffix(24)) = %q, %v; want nothing", got, err)
+	}
 	if got, err := st.Get(context.Background(), "empty", fence.Range{}); err != nil || len(got) != 0 {
 		t.Fatalf("empty object: %q, %v", got, err)
 	}
@@ -133,6 +136,9 @@ func testGetRange(t *testing.T, st fence.Store) {
 		{fence.Range{Off: 7}, "789"},
 		{fence.Range{Off: 0, Len: 1}, "0"},
 		{fence.Range{Off: 8, Len: 10}, "89"},
+		{fence.Suffix(3), "789"},
+		{fence.Suffix(10), "0123456789"},
+		{fence.Suffix(64 << 10), "0123456789"}, // longer than the object: all of it
 	} {
 		got, err := st.Get(context.Background(), "r", tc.r)
 		if err != nil || string(got) != tc.want {

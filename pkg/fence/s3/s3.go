@@ -315,6 +315,9 @@ func (s *Store) Get(ctx context.Context, key string, r fence.Range) ([]byte, err
 		return nil, err
 	}
 	b, err := s.get(ctx, ok, r)
+	if r.IsSuffix() && isCode(err, http.StatusRequestedRangeNotSatisfiable, "InvalidRange") {
+		b, err = s.get(ctx, ok, fence.Range{}) // an empty object has no last bytes to select
+	}
 	if isCode(err, http.StatusNotFound, "NoSuchKey") {
 		return nil, fmt.Errorf("get %s: %w", key, fence.ErrNotFound)
 	}
@@ -329,7 +332,10 @@ func (s *Store) get(ctx context.Context, objectKey string, r fence.Range) ([]byt
 	defer cancel()
 	in := &awss3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(objectKey)}
 	in.SSECustomerAlgorithm, in.SSECustomerKey, in.SSECustomerKeyMD5 = s.ssec()
-	if !r.IsWhole() {
+	switch {
+	case r.IsSuffix():
+		in.Range = aws.String(fmt.Sprintf("bytes=%d", r.Off)) // "bytes=-n"
+	case !r.IsWhole():
 		end := ""
 		if r.Len > 0 {
 			end = fmt.Sprint(r.Off + r.Len - 1)
