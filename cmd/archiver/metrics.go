@@ -129,6 +129,10 @@ func (s countingStore) CreateFile(ctx context.Context, key, path string, size in
 	return err
 }
 
+// SuffixReadsWhole passes the inner store's answer on (graft packs commits
+// only where a suffix read is one small request).
+func (s countingStore) SuffixReadsWhole() bool { return fence.SuffixReadsWhole(s.Store) }
+
 func (s countingStore) Get(ctx context.Context, key string, r fence.Range) ([]byte, error) {
 	b, err := s.Store.Get(ctx, key, r)
 	s.count(ctx, "get", err)

@@ -212,6 +212,9 @@ func (e *Encrypted) Get(ctx context.Context, key string, r Range) ([]byte, error
 	return plain, nil
 }
 
+// SuffixReadsWhole is true: Get reads the whole object for a Suffix.
+func (e *Encrypted) SuffixReadsWhole() bool { return true }
+
 // open decrypts consecutive chunks starting with chunk index first.
 func (e *Encrypted) open(ctx context.Context, key string, b []byte, first int) ([]byte, error) {
 	out := make([]byte, 0, len(b))

@@ -113,6 +113,15 @@ type Range struct {
 // commit) reads it in one request without knowing the object's size.
 func Suffix(n int64) Range { return Range{Off: -n} }
 
+// SuffixReadsWhole reports whether a Suffix read from st fetches the whole
+// object (Encrypted: its last chunks' places depend on a size only the
+// object knows). A wrapping Store passes the answer of the store it wraps on
+// with a method SuffixReadsWhole() bool.
+func SuffixReadsWhole(st Store) bool {
+	w, ok := st.(interface{ SuffixReadsWhole() bool })
+	return ok && w.SuffixReadsWhole()
+}
+
 // IsSuffix reports whether r selects the object's end (Suffix).
 func (r Range) IsSuffix() bool { return r.Off < 0 }
 

@@ -27,7 +27,7 @@ import (
 const (
 	// CheckpointEvery is the default checkpoint interval K in commits.
 	CheckpointEvery  = 16
-	checkpointFormat = 1
+	checkpointFormat = 2 // 2: entries may name packed commits (an older build would misread their segments)
 	leafCacheSize    = 16
 )
 
@@ -83,8 +83,11 @@ func entryOf(c *Commit, keep []string) Entry {
 func (e Entry) commit(volume string) *Commit {
 	c := &Commit{Version: plainVersion, Volume: volume, LSN: e.LSN, Prev: e.Prev, Segment: e.Segment,
 		Ranges: e.Ranges, Pages: e.Pages, Meta: e.Meta, Time: e.Time, Replaces: e.Replaces, PruneBelow: e.PruneBelow, hash: e.Hash}
-	if e.Replaces != nil || e.PruneBelow > 0 {
+	switch {
+	case e.Replaces != nil || e.PruneBelow > 0:
 		c.Version, c.EntryMeta = compactionVersion, e.Meta
+	case e.Segment.Offset > 0:
+		c.Version = packedVersion
 	}
 	return c
 }

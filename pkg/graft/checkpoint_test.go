@@ -21,7 +21,7 @@ import (
 func deep(t *testing.T, n, every int) *counting {
 	t.Helper()
 	st := &counting{Store: newStore(t)}
-	v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{CheckpointEvery: every})
+	v, err := graft.OpenWith(context.Background(), t.TempDir(), "vol", st, graft.Options{CheckpointEvery: every, Unpacked: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestCheckpoint_DropOldCommits(t *testing.T) {
 	if err != nil || n != 96 {
 		t.Fatalf("dropped %d commits, %v; want the 96 before checkpoint 96", n, err)
 	}
-	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	cold, err := graft.OpenWith(ctx, t.TempDir(), "vol", st, graft.Options{Unpacked: true}) // its commits are dropped below
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,18 +7,77 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/silt-dev/silt/pkg/fence"
 )
 
 // Commit format versions: 1 for a commit of new pages, 2 for a compaction
 // commit (Replaces set) or a prune commit (PruneBelow set), which an older
-// build must refuse rather than read pages twice or read pages pruned. commitVersion is the newest this build reads.
+// build must refuse rather than read pages twice or read pages pruned; 3
+// for a packed commit of new pages (its segment and its record in one
+// object, below). commitVersion is the newest this build reads.
 const (
 	plainVersion      = 1
 	compactionVersion = 2
-	commitVersion     = compactionVersion
+	packedVersion     = 3
+	commitVersion     = packedVersion
 )
+
+// A packed commit is one object at commits/<LSN>, created once with
+// If-None-Match: *, so a commit costs one create-only PUT of its bytes:
+//
+//	preamble  {"version":3}\n   (a reader of formats 1-2 reads its first line and refuses a newer format)
+//	segment   the segment file, at Segment.Offset
+//	record    the commit: one JSON line, then "sha256 <hex>" of it (a format 1 object's layout)
+//	footer    "packed <16 hex digits: the record's length>\n"
+//
+// Segment.Size and Segment.SHA256 cover the object's first bytes, the
+// preamble and the segment (one SHA-256 pass that the PUT's payload hash
+// then continues over the record and footer); the commit's hash, which the
+// next commit chains to, is the record's, as a format 1 object's is its own.
+// The record is read with one suffix GET (fence.Suffix).
+const (
+	packedPreamble = "{\"version\":3}\n"
+	packedFooter   = len("packed 0000000000000000\n")
+)
+
+// appendPacked appends the record and footer of c, whose segment (with the
+// preamble) is obj, and returns the object and the SHA-256 (hex) of it all;
+// sum has hashed obj and goes on over the rest.
+func appendPacked(obj []byte, c *Commit, sum hash.Hash) ([]byte, string, error) {
+	rec, err := c.Encode()
+	if err != nil {
+		return nil, "", err
+	}
+	n := len(obj)
+	obj = append(obj, rec...)
+	obj = fmt.Appendf(obj, "packed %016x\n", len(rec))
+	sum.Write(obj[n:])
+	return obj, hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// packedRecord finds the record in the last bytes of a packed commit
+// object: it returns the record, or, when tail holds only part of it, how
+// many last bytes to read instead; ok is false when tail does not end like
+// a packed commit (a format 1 or 2 object).
+func packedRecord(name string, tail []byte) (rec []byte, need int64, ok bool, err error) {
+	if len(tail) < packedFooter || !bytes.HasPrefix(tail[len(tail)-packedFooter:], []byte("packed ")) {
+		return nil, 0, false, nil
+	}
+	f := tail[len(tail)-packedFooter:]
+	n, perr := strconv.ParseUint(string(f[len("packed "):packedFooter-1]), 16, 63)
+	if perr != nil || f[packedFooter-1] != '\n' {
+		return nil, 0, true, fmt.Errorf("commit %s: %w: bad packed footer %q", name, ErrCorrupt, f)
+	}
+	if need := int64(n) + int64(packedFooter); need > int64(len(tail)) {
+		return nil, need, true, nil
+	}
+	return tail[len(tail)-packedFooter-int(n) : len(tail)-packedFooter], 0, true, nil
+}
 
 // Commit is the record that makes one segment's pages visible at an LSN. It
 // is written last, once, create-only, at commits/<20-digit LSN>. Prev is the
@@ -53,11 +112,23 @@ type Commit struct {
 	raw  []byte // the encoded object, kept for the head commit only
 }
 
-// SegmentRef names a commit's segment and how to check it.
+// SegmentRef names a commit's segment and how to check it. Size and
+// SHA256 cover the object's bytes up to the segment's end; Offset, in a
+// packed commit (its own key), is where the segment starts in them.
 type SegmentRef struct {
 	Key    string `json:"key"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	Offset int64  `json:"offset,omitempty"`
+}
+
+// span is the Range of the object that holds the segment: all of it, or
+// a packed commit's first Size bytes.
+func (r SegmentRef) span() fence.Range {
+	if r.Offset > 0 {
+		return fence.Range{Len: r.Size}
+	}
+	return fence.Range{}
 }
 
 // PageRange is an inclusive range of page numbers.
@@ -115,6 +186,10 @@ func (c *Commit) Validate() error {
 		return fmt.Errorf("%w: no segment", ErrCorrupt)
 	case (c.Version == compactionVersion) != (c.Replaces != nil || c.PruneBelow > 0):
 		return fmt.Errorf("%w: commit version %d with replaces %v", ErrCorrupt, c.Version, c.Replaces)
+	case (c.Version == packedVersion) != (c.Segment.Offset > 0):
+		return fmt.Errorf("%w: commit version %d with its segment at offset %d", ErrCorrupt, c.Version, c.Segment.Offset)
+	case c.Segment.Offset > 0 && (c.Segment.Key != c.Volume+"/commits/"+lsnName(c.LSN) || c.Segment.Offset+headerSize+trailerSize > c.Segment.Size):
+		return fmt.Errorf("%w: packed commit %d with segment %s at %d of %d bytes", ErrCorrupt, c.LSN, c.Segment.Key, c.Segment.Offset, c.Segment.Size)
 	case c.Replaces != nil && (c.Replaces.Hi < c.Replaces.Lo || len(c.Ranges) == 0 || c.Ranges[0].Lo < c.Replaces.Lo || c.Ranges[len(c.Ranges)-1].Hi > c.Replaces.Hi):
 		return fmt.Errorf("%w: compaction commit writes pages outside the span it replaces %v", ErrCorrupt, *c.Replaces)
 	case c.Base > 0 || len(c.Tail) > 0:

@@ -77,6 +77,17 @@ func (s staged) place() error {
 	return durable.SyncDir(filepath.Dir(s.path))
 }
 
+// placeCache renames a staged file into place without syncing its
+// directory: a copy of what the remote holds, which a crash may lose (it is
+// fetched again) but never leaves partly written.
+func (s staged) placeCache() error {
+	if err := s.fs.Rename(s.tmp, s.path); err != nil {
+		os.Remove(s.tmp)
+		return fmt.Errorf("write %s: %w", s.path, err)
+	}
+	return nil
+}
+
 // drop removes a staged file that is not to be placed.
 func (s staged) drop() {
 	if s.err == nil {

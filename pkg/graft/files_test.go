@@ -68,10 +68,19 @@ func (f *faultFile) Sync() error {
 }
 
 // TestVolume_DiskFaults: a full disk, a failed fsync and a failed rename
-// while page files are written give a clear error naming the file; nothing
-// is committed, no temp file is left, the volume verifies, and the next
-// commit (disk healthy again) succeeds at the same LSN.
+// while page files are written give a clear error naming the file; no temp
+// file is left, the volume verifies, and the next commit (disk healthy
+// again) succeeds: at the same LSN when the fault came before the commit
+// object, after it when it came after. A packed commit creates its one
+// object while its local files are written, so there every fault comes
+// after: the commit stands, and the error says the local copy failed.
 func TestVolume_DiskFaults(t *testing.T) {
+	for _, format := range []string{"unpacked", "packed"} {
+		t.Run(format, func(t *testing.T) { diskFaults(t, format == "unpacked") })
+	}
+}
+
+func diskFaults(t *testing.T, unpacked bool) {
 	for _, tc := range []struct {
 		name      string
 		fs        *faultFS
@@ -91,7 +100,7 @@ func TestVolume_DiskFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			v, err := Open(ctx, dir, "vol", st)
+			v, err := OpenWith(ctx, dir, "vol", st, Options{Unpacked: unpacked})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,12 +127,12 @@ func TestVolume_DiskFaults(t *testing.T) {
 			}
 			// The next run: a fresh handle on a healthy disk adopts what the
 			// remote holds and commits after it.
-			v2, err := Open(ctx, dir, "vol", st)
+			v2, err := OpenWith(ctx, dir, "vol", st, Options{Unpacked: unpacked})
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := uint64(2)
-			if tc.committed {
+			if tc.committed || !unpacked {
 				want = 3
 			}
 			c, err := v2.Commit(ctx, []Page{{No: 1<<63 + 1, Data: []byte("b")}}, nil)

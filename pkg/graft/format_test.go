@@ -90,10 +90,16 @@ func TestCommit_RoundTrip(t *testing.T) {
 
 func TestCommit_NewerVersionRefused(t *testing.T) {
 	c := sampleCommit()
-	c.Version = 3
+	c.Version = 4
 	b, _ := c.Encode()
 	if _, err := graft.DecodeCommit("commits/2", b); !errors.Is(err, graft.ErrNewerFormat) {
-		t.Fatalf("version 3: %v", err)
+		t.Fatalf("version 4: %v", err)
+	}
+	// Version 3 is a packed commit: a segment elsewhere than in its own object is corrupt.
+	c.Version = 3
+	b, _ = c.Encode()
+	if _, err := graft.DecodeCommit("commits/2", b); !errors.Is(err, graft.ErrCorrupt) {
+		t.Fatalf("version 3 with its segment apart: %v", err)
 	}
 	// Version 2 is a compaction commit: without the span it replaces it is corrupt.
 	c.Version = 2

@@ -47,30 +47,14 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		return 0, err
 	}
 	head := v.Head()
-	var live liveSegments
-	for c, err := range v.Entries(ctx, nil) {
-		if err != nil {
-			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
-		}
-		live.add(c.Segment.Key)
-	}
-	for _, c := range v.state().tail {
-		live.add(c.Segment.Key) // compaction commits not yet checkpointed
-	}
 	roots, err := v.keptRoots(ctx, grace)
 	if err != nil {
 		return 0, err
 	}
-	for _, ref := range roots.leaves {
-		entries, err := v.leaf(ctx, ref)
-		if err != nil {
-			return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
-		}
-		for _, e := range entries {
-			live.add(e.Segment.Key)
-		}
+	live, err := v.liveSegments(ctx, roots)
+	if err != nil {
+		return 0, fmt.Errorf("gc volume %s: %w", v.name, err)
 	}
-	live.seal()
 	garbage := func(key string) bool {
 		return madeFor(key) <= head && !live.has(key) && time.Since(keyTime(key)) >= grace
 	}
@@ -84,6 +68,34 @@ func (v *Volume) GC(ctx context.Context, grace time.Duration, force bool) (int, 
 		return deleted, err
 	}
 	return deleted, v.gcLocal(garbage)
+}
+
+// liveSegments returns the segments a reader may need: those of the
+// current entries, of the tail (compaction commits not yet checkpointed)
+// and of every entry the kept roots' leaves hold. A packed commit's
+// segment is the commit object itself.
+func (v *Volume) liveSegments(ctx context.Context, k kept) (liveSegments, error) {
+	var live liveSegments
+	for c, err := range v.Entries(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		live.add(c.Segment.Key)
+	}
+	for _, c := range v.state().tail {
+		live.add(c.Segment.Key)
+	}
+	for _, ref := range k.leaves {
+		entries, err := v.leaf(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			live.add(e.Segment.Key)
+		}
+	}
+	live.seal()
+	return live, nil
 }
 
 // gcPage is how many keys gc lists at a time.
@@ -213,6 +225,15 @@ func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force 
 	if lsn, ok := keyLSN(first[0]); !ok || lsn > oldest {
 		return 0, nil
 	}
+	// A packed commit holds its segment: it stays while a reader may need
+	// that segment (until compaction replaced it and gc's grace passed).
+	if err := v.Refresh(ctx); err != nil {
+		return 0, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
+	}
+	live, err := v.liveSegments(ctx, k)
+	if err != nil {
+		return 0, fmt.Errorf("drop old commits of volume %s: %w", v.name, err)
+	}
 	if err := v.markDropped(ctx, oldest); err != nil {
 		return 0, err
 	}
@@ -221,6 +242,9 @@ func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force 
 		lsn, ok := keyLSN(key)
 		if !ok || lsn > oldest || limit > 0 && picked >= limit {
 			return false, true
+		}
+		if live.has(key) {
+			return false, false
 		}
 		picked++
 		return true, false
@@ -353,7 +377,11 @@ func (v *Volume) gcLocal(garbage func(key string) bool) error {
 	for {
 		files, err := f.ReadDir(1024)
 		for _, file := range files {
-			if garbage(v.name + "/segments/" + file.Name()) {
+			key := v.name + "/segments/" + file.Name()
+			if !strings.Contains(file.Name(), "-") { // a packed commit's segment, named by its LSN
+				key = v.name + "/commits/" + file.Name()
+			}
+			if garbage(key) {
 				os.Remove(filepath.Join(dir, file.Name()))
 			}
 		}

@@ -42,7 +42,7 @@ func TestGC_InPagesNeverAboveHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls := &listLimits{Store: st}
-	v, err := OpenWith(ctx, t.TempDir(), "vol", ls, Options{CheckpointEvery: 4})
+	v, err := OpenWith(ctx, t.TempDir(), "vol", ls, Options{CheckpointEvery: 4, Unpacked: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestVerify_InPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4, Unpacked: true}) // segments collected, a segment object gone
 		if err != nil {
 			t.Fatal(err)
 		}

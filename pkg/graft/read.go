@@ -253,7 +253,7 @@ func (v *Volume) segmentOf(ctx context.Context, c *Commit, whole bool) (*Segment
 		if c.Segment.Size > v.CacheWholeBelow && !whole {
 			return v.remoteSegment(ctx, c)
 		}
-		if b, err = v.store.Get(ctx, c.Segment.Key, fence.Range{}); err != nil {
+		if b, err = v.store.Get(ctx, c.Segment.Key, c.Segment.span()); err != nil {
 			return nil, fmt.Errorf("volume %s: fetch segment: %w", v.name, err)
 		}
 		name = c.Segment.Key
@@ -286,7 +286,7 @@ func checkSegment(name string, b []byte, c *Commit) (*Segment, error) {
 	if int64(len(b)) != c.Segment.Size || hex.EncodeToString(sum[:]) != c.Segment.SHA256 {
 		return nil, fmt.Errorf("segment %s: %w: size or SHA-256 differs from commit %d", name, ErrCorrupt, c.LSN)
 	}
-	seg, err := DecodeSegment(name, b)
+	seg, err := DecodeSegment(name, b[c.Segment.Offset:])
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (v *Volume) remoteSegment(ctx context.Context, c *Commit) (*Segment, error)
 		return nil, err
 	}
 	off := c.Segment.Size - trailerSize - int64(len(index))*indexItemSize // where the records end
-	ra := &readAhead{v: v, key: key, end: off}
+	ra := &readAhead{v: v, key: key, base: c.Segment.Offset, end: off}
 	return &Segment{Header: SegmentHeader{Version: segVersion, LSN: c.LSN, Pages: uint32(len(index))}, index: index,
 		fetch: func(e indexEntry) ([]byte, error) {
 			rec, err := ra.record(ctx, e)
@@ -343,11 +343,12 @@ func (v *Volume) remoteIndex(ctx context.Context, c *Commit) ([]indexEntry, erro
 	if len(tail) != trailerSize || string(tail[20:]) != trailerMagic {
 		return nil, fmt.Errorf("segment %s: %w: bad trailer", key, ErrCorrupt)
 	}
-	off, n := binary.BigEndian.Uint64(tail), binary.BigEndian.Uint64(tail[8:])
-	if off+n != uint64(c.Segment.Size-trailerSize) || n%indexItemSize != 0 {
+	off, n := binary.BigEndian.Uint64(tail), binary.BigEndian.Uint64(tail[8:]) // from the segment's start
+	base := c.Segment.Offset
+	if base+int64(off+n) != c.Segment.Size-trailerSize || n%indexItemSize != 0 {
 		return nil, fmt.Errorf("segment %s: %w: index at %d+%d", key, ErrCorrupt, off, n)
 	}
-	ib, err := v.store.Get(ctx, key, fence.Range{Off: int64(off), Len: int64(n)})
+	ib, err := v.store.Get(ctx, key, fence.Range{Off: base + int64(off), Len: int64(n)})
 	if err != nil {
 		return nil, fmt.Errorf("volume %s: segment index: %w", v.name, err)
 	}
@@ -378,9 +379,10 @@ const (
 
 // readAhead holds the last range fetched from one remote segment.
 type readAhead struct {
-	v   *Volume
-	key string
-	end int64 // where the page records end (the index's offset)
+	v    *Volume
+	key  string
+	base int64 // where the segment starts in the object (a packed commit's)
+	end  int64 // where the page records end in the object (the index's offset)
 
 	mu    sync.Mutex
 	buf   []byte // the bytes at [at, at+len(buf))
@@ -391,7 +393,7 @@ type readAhead struct {
 
 // record returns the bytes of e's page record.
 func (r *readAhead) record(ctx context.Context, e indexEntry) ([]byte, error) {
-	lo, hi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
+	lo, hi := r.base+int64(e.Off), r.base+int64(e.Off)+pageHeadSize+int64(e.Len)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if lo < r.at || hi > r.at+int64(len(r.buf)) {

@@ -17,7 +17,7 @@ type failingSegments struct {
 }
 
 func (f *failingSegments) Create(ctx context.Context, key string, body []byte) error {
-	if f.fail && strings.Contains(key, "/segments/") {
+	if f.fail && (strings.Contains(key, "/segments/") || strings.Contains(key, "/commits/")) {
 		return errors.New("connection reset")
 	}
 	return f.Store.Create(ctx, key, body)

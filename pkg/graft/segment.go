@@ -99,10 +99,7 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 	if !slices.IsSortedFunc(pages, func(a, b Page) int { return cmp.Compare(a.No, b.No) }) {
 		return nil, errors.New("encode segment: pages not sorted")
 	}
-	size := headerSize + trailerSize + len(pages)*(pageHeadSize+indexItemSize)
-	for _, p := range pages {
-		size += len(p.Data)
-	}
+	size := segmentSize(pages)
 	var buf []byte
 	if cap(dst) >= size {
 		buf = dst[:headerSize]
@@ -133,6 +130,15 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 	buf = binary.BigEndian.AppendUint64(buf, indexLen)
 	buf = binary.BigEndian.AppendUint32(buf, crc(buf))
 	return append(buf, trailerMagic...), nil
+}
+
+// segmentSize is the size of the segment of pages.
+func segmentSize(pages []Page) int {
+	size := headerSize + trailerSize + len(pages)*(pageHeadSize+indexItemSize)
+	for _, p := range pages {
+		size += len(p.Data)
+	}
+	return size
 }
 
 // putHeader lays a segment header into b (zeroed, headerSize bytes).

@@ -161,19 +161,18 @@ func (v *Volume) pullRanged(ctx context.Context, c *Commit) error {
 // fetchVerified GETs one commit object and, when it is small, its segment.
 func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error) {
 	f := verified{key: key}
-	obj, err := v.store.Get(ctx, key, fence.Range{})
-	if err != nil {
-		return f, err
-	}
-	if f.c, f.bad = DecodeCommit(key, obj); f.bad != nil {
-		return f, nil // named in chain order, at its place
+	if f.c, f.bad = v.readCommit(ctx, key); f.bad != nil {
+		if errors.Is(f.bad, ErrCorrupt) || errors.Is(f.bad, ErrNewerFormat) {
+			return f, nil // named in chain order, at its place
+		}
+		return f, f.bad
 	}
 	switch seg := f.c.Segment; {
 	case seg.Key == "": // a prune commit
 	case seg.Size > verifyWholeMax:
 		f.segErr = errRanged
 	default:
-		f.seg, f.segErr = v.store.Get(ctx, seg.Key, fence.Range{})
+		f.seg, f.segErr = v.store.Get(ctx, seg.Key, seg.span())
 	}
 	return f, nil
 }
@@ -184,7 +183,7 @@ func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error
 // ranges of verifyRange bytes: it holds one range and the index. With a
 // sink, every range is written to it as it is read (pull).
 func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) error {
-	key, size := c.Segment.Key, c.Segment.Size
+	key, size, base := c.Segment.Key, c.Segment.Size, c.Segment.Offset // the segment is [base, size) of the object
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("segment %s: %w: %s", key, ErrCorrupt, fmt.Sprintf(format, args...))
 	}
@@ -195,7 +194,7 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 		}
 		return b, err
 	}
-	if size < headerSize+trailerSize {
+	if size < base+headerSize+trailerSize {
 		return fail("commit %d says %d bytes, shorter than header and trailer", c.LSN, size)
 	}
 	tail, err := get(size-trailerSize, trailerSize)
@@ -205,11 +204,11 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 	if string(tail[20:]) != trailerMagic {
 		return fail("bad trailer magic")
 	}
-	indexOff, indexLen := int64(binary.BigEndian.Uint64(tail)), int64(binary.BigEndian.Uint64(tail[8:]))
-	if indexOff < headerSize || indexOff+indexLen != size-trailerSize || indexLen%indexItemSize != 0 {
-		return fail("index at %d+%d does not fit a segment of %d bytes", indexOff, indexLen, size)
+	indexOff, indexLen := int64(binary.BigEndian.Uint64(tail)), int64(binary.BigEndian.Uint64(tail[8:])) // from the segment's start
+	if indexOff < headerSize || base+indexOff+indexLen != size-trailerSize || indexLen%indexItemSize != 0 {
+		return fail("index at %d+%d does not fit a segment of %d bytes", indexOff, indexLen, size-base)
 	}
-	ib, err := get(indexOff, indexLen)
+	ib, err := get(base+indexOff, indexLen)
 	if err != nil {
 		return err
 	}
@@ -232,9 +231,9 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 	var carry []byte
 	carryAt, next := int64(0), 0
 	for at := int64(0); at < size; {
-		n := min(verifyRange, size-at)
-		if at+n == size {
-			n++ // one byte more than the commit names: the object must not have it
+		n := min(max(verifyRange, base+headerSize), size-at)
+		if at+n == size && base == 0 {
+			n++ // one byte more than the commit names: the object must not have it (a packed one goes on with its record)
 		}
 		b, err := v.store.Get(ctx, key, fence.Range{Off: at, Len: n})
 		if err != nil {
@@ -244,7 +243,7 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 			return fail("%d bytes at %d: the object's size differs from commit %d's %d", len(b), at, c.LSN, size)
 		}
 		if at == 0 {
-			h, err := decodeHeader(b[:headerSize])
+			h, err := decodeHeader(b[base : base+headerSize])
 			if err != nil {
 				return fmt.Errorf("segment %s: %w", key, err)
 			}
@@ -258,14 +257,14 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 				return fmt.Errorf("volume %s: %w", v.name, err)
 			}
 		}
-		if at < crcEnd {
-			tcrc = crc32.Update(tcrc, castagnoli, b[:min(int64(len(b)), crcEnd-at)])
+		if at < crcEnd { // over the segment's bytes: from base
+			tcrc = crc32.Update(tcrc, castagnoli, b[max(base-at, 0):min(int64(len(b)), crcEnd-at)])
 		}
 		lo := at // b holds [lo, at)
 		at += int64(len(b))
 		for ; next < len(byOff); next++ {
 			e := byOff[next]
-			rlo, rhi := int64(e.Off), int64(e.Off)+pageHeadSize+int64(e.Len)
+			rlo, rhi := base+int64(e.Off), base+int64(e.Off)+pageHeadSize+int64(e.Len)
 			if rhi > at {
 				break
 			}
@@ -278,13 +277,13 @@ func (v *Volume) checkRanges(ctx context.Context, c *Commit, sink io.Writer) err
 			}
 		}
 		switch {
-		case next == len(byOff) || int64(byOff[next].Off) >= at:
+		case next == len(byOff) || base+int64(byOff[next].Off) >= at:
 			carry = carry[:0]
-		case int64(byOff[next].Off) >= lo:
-			carryAt = int64(byOff[next].Off)
+		case base+int64(byOff[next].Off) >= lo:
+			carryAt = base + int64(byOff[next].Off)
 			carry = append(carry[:0], b[carryAt-lo:]...)
 		default: // a record longer than a range: its start is carried already
-			from := int64(byOff[next].Off)
+			from := base + int64(byOff[next].Off)
 			carry = append(carry[:copy(carry, carry[from-carryAt:])], b...)
 			carryAt = from
 		}

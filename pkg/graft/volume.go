@@ -74,6 +74,12 @@ type Options struct {
 	// Warn receives what the volume worked around: an unusable checkpoint
 	// it fell back from. Nil: warnings are dropped.
 	Warn func(msg string)
+	// Unpacked writes each commit of new pages as two objects, its segment
+	// then its commit record (format 1), instead of one packed object
+	// (format 3). It is set for a store where a suffix read fetches the
+	// whole object (fence.SuffixReadsWhole: an encrypted one), where every
+	// read of a packed commit's record would.
+	Unpacked bool
 }
 
 // Open opens volume name with local files under dataDir and the remote in
@@ -100,6 +106,7 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 		indexes:         map[string][]indexEntry{},
 		leaves:          map[string]any{},
 	}
+	v.Unpacked = v.Unpacked || fence.SuffixReadsWhole(store)
 	for _, d := range []string{"segments", "commits", "index", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(v.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("open volume %s: %w", name, err)
@@ -344,7 +351,7 @@ func (v *Volume) sameHistory(ctx context.Context) error {
 		return nil
 	}
 	key := v.commitKey(head.LSN)
-	b, err := v.store.Get(ctx, key, fence.Range{})
+	theirs, err := v.readCommit(ctx, key)
 	if errors.Is(err, fence.ErrNotFound) {
 		// gc --drop-old-commits removes commits a checkpoint covers: then
 		// the local state is just behind, and the remote's checkpoint is
@@ -359,10 +366,6 @@ func (v *Volume) sameHistory(ctx context.Context) error {
 		return fmt.Errorf("open volume %s: local head is commit %d, %s has no %s: %w (another remote, or one that lost data; "+
 			"move %s aside to start from the remote)", v.name, head.LSN, v.store, key, ErrForeignRemote, v.dir)
 	}
-	if err != nil {
-		return fmt.Errorf("open volume %s: %w", v.name, err)
-	}
-	theirs, err := DecodeCommit(key, b)
 	if err != nil {
 		return fmt.Errorf("open volume %s: %w", v.name, err)
 	}
@@ -460,16 +463,50 @@ func (v *Volume) fetchCommit(ctx context.Context, lsn uint64) (*Commit, error) {
 
 // getCommit GETs and decodes the remote commit of lsn.
 func (v *Volume) getCommit(ctx context.Context, lsn uint64) (*Commit, error) {
-	key := v.commitKey(lsn)
-	b, err := v.store.Get(ctx, key, fence.Range{})
-	if err != nil {
-		return nil, fmt.Errorf("refresh volume %s: %w", v.name, err)
-	}
-	c, err := DecodeCommit(key, b)
+	c, err := v.readCommit(ctx, v.commitKey(lsn))
 	if err != nil {
 		return nil, fmt.Errorf("refresh volume %s: %w", v.name, err)
 	}
 	return c, nil
+}
+
+// commitRead is how many last bytes of a commit object one GET reads: a
+// packed commit's record and footer (a tail of 64 entries is about 20
+// KiB), or the whole of a format 1 or 2 object.
+const commitRead = 64 << 10
+
+// readCommit GETs and decodes the commit object at key, packed or not: the
+// last commitRead bytes, then, rarely, the longer record they name, or the
+// whole of a longer unpacked object.
+func (v *Volume) readCommit(ctx context.Context, key string) (*Commit, error) {
+	b, err := v.store.Get(ctx, key, fence.Suffix(commitRead))
+	if err != nil {
+		return nil, err
+	}
+	rec, need, packed, err := packedRecord(key, b)
+	switch {
+	case err != nil:
+		return nil, err
+	case packed && need > 0:
+		if b, err = v.store.Get(ctx, key, fence.Suffix(need)); err != nil {
+			return nil, err
+		}
+		if rec, need, _, err = packedRecord(key, b); err != nil || need > 0 {
+			return nil, cmp.Or(err, fmt.Errorf("commit %s: %w: its footer changed between two reads", key, ErrCorrupt))
+		}
+	case !packed && len(b) == commitRead: // an unpacked object at least this long: all of it
+		if b, err = v.store.Get(ctx, key, fence.Range{}); err != nil {
+			return nil, err
+		}
+	}
+	if !packed {
+		return DecodeCommit(key, b)
+	}
+	c, err := DecodeCommit(key, rec)
+	if err == nil && c.Version != packedVersion {
+		err = fmt.Errorf("commit %s: %w: a packed object's record says format %d", key, ErrCorrupt, c.Version)
+	}
+	return c, err
 }
 
 // newestAfter finds the newest commit after lsn without a LIST (which is
@@ -819,6 +856,9 @@ func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]strin
 // changed before it is encoded (a compaction's fields).
 func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]string, edit func(*Commit)) (_ *Commit, err error) {
 	lsn := v.headLSN() + 1
+	if edit == nil && !v.Unpacked {
+		return v.commitPacked(ctx, lsn, pages, meta)
+	}
 	seg, err := appendSegment(v.segBuf, lsn, pages)
 	v.segBuf = nil
 	if err != nil {
@@ -847,6 +887,86 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 	return c, nil
 }
 
+// recordSlack is room left after a packed commit's segment for its record
+// and footer, so they are appended without copying the segment.
+const recordSlack = 64 << 10
+
+// commitPacked writes the next commit as one packed object (commit.go):
+// the segment is laid out after the preamble and hashed once, the record
+// and footer appended, and the object created with If-None-Match: * while
+// the segment and the record are written and fsynced locally.
+func (v *Volume) commitPacked(ctx context.Context, lsn uint64, pages []Page, meta map[string]string) (_ *Commit, err error) {
+	n := len(packedPreamble)
+	buf := v.segBuf[:0]
+	v.segBuf = nil
+	if size := n + segmentSize(pages) + recordSlack; cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = append(buf, packedPreamble...)
+	seg, err := appendSegment(buf[n:n], lsn, pages)
+	if err != nil {
+		return nil, err
+	}
+	obj := buf[:n+len(seg)] // seg was laid out in buf's storage, after the preamble
+	if &obj[n] != &seg[0] {
+		obj = append(buf, seg...)
+	}
+	defer func() {
+		if err == nil && cap(obj) <= maxReusedSegment {
+			v.segBuf = obj
+		}
+	}()
+	sum := sha256.New()
+	sum.Write(obj)
+	c := v.newCommit(lsn, int64(len(obj)), hex.EncodeToString(sum.Sum(nil)), rangesOf(pages), uint64(len(pages)), meta)
+	c.Version, c.Segment.Key, c.Segment.Offset = packedVersion, v.commitKey(lsn), int64(n)
+	obj, whole, err := appendPacked(obj, c, sum)
+	if err != nil {
+		return nil, err
+	}
+	// The local segment is staged, not written in place: its name is the
+	// LSN's, which another writer may win (a format 1 segment's key is its
+	// writer's own).
+	local, record := make(chan staged, 1), make(chan staged, 1)
+	go func() {
+		s := v.stageFile(v.localSegment(c.Segment.Key), obj[:c.Segment.Size])
+		if s.err == nil {
+			v.failpoint(failpoint.SegmentWritten)
+		}
+		local <- s
+	}()
+	go func() { record <- v.stageFile(v.localCommit(lsn), c.raw) }()
+	var upErr error
+	if hc, ok := v.store.(fence.HashedCreator); ok {
+		upErr = hc.CreateHashed(ctx, c.Segment.Key, obj, whole)
+	} else {
+		upErr = v.store.Create(ctx, c.Segment.Key, obj)
+	}
+	ls, s := <-local, <-record
+	if upErr != nil {
+		ls.drop()
+		s.drop()
+		if errors.Is(upErr, fence.ErrExists) {
+			return nil, v.lost(ctx, lsn)
+		}
+		return nil, fmt.Errorf("commit %d of volume %s: %w", lsn, v.name, upErr)
+	}
+	v.failpoint(failpoint.SegmentUploaded)
+	v.failpoint(failpoint.CommitPut)
+	if ls.err != nil {
+		s.drop()
+		return nil, fmt.Errorf("volume %s: %w", v.name, ls.err)
+	}
+	if err := ls.placeCache(); err != nil {
+		s.drop()
+		return nil, err
+	}
+	if err := v.placeHead(c, s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // put creates the commit object of c, whose segment is stored, and makes c
 // the head. The local copy is written and fsynced while the commit object
 // is created; it is renamed into place only once the remote has it.
@@ -867,6 +987,12 @@ func (v *Volume) put(ctx context.Context, c *Commit) error {
 		return fmt.Errorf("commit %d of volume %s: %w", c.LSN, v.name, err)
 	}
 	v.failpoint(failpoint.CommitPut)
+	return v.placeHead(c, s)
+}
+
+// placeHead puts the local copy of c's committed record in place and makes
+// c the head.
+func (v *Volume) placeHead(c *Commit, s staged) error {
 	if s.err != nil {
 		return s.err
 	}
