@@ -331,11 +331,15 @@ func TestArchiver_CorruptionIsNamedAndPullRepairs(t *testing.T) {
 	if n := len(strings.Split(strings.TrimSpace(silt(t, "", env, "archiver", "read")), "\n")); n != 300 {
 		t.Fatalf("after pull, read %d entries", n)
 	}
-	// Now the remote object.
-	remoteSegs, _ := filepath.Glob(filepath.Join(remote, "emq.cm.events", "segments", "*"))
+	// Now the remote object: a packed commit, its segment first (the middle
+	// byte is the segment's).
+	remoteSegs, _ := filepath.Glob(filepath.Join(remote, "emq.cm.events", "commits", "*"))
+	if len(remoteSegs) != 3 {
+		t.Fatalf("%d remote commit objects, want 3", len(remoteSegs))
+	}
 	flipByte(t, remoteSegs[2])
 	_, errOut, err = runArchiver(env, "verify")
-	if err == nil || !strings.Contains(errOut, "emq.cm.events/segments/"+filepath.Base(remoteSegs[2])) {
+	if err == nil || !strings.Contains(errOut, "emq.cm.events/commits/"+filepath.Base(remoteSegs[2])) {
 		t.Fatalf("verify of a corrupt remote object: %v %s", err, errOut)
 	}
 }

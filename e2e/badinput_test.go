@@ -306,15 +306,22 @@ func TestBadInput_ForeignRemoteAndNewerFormat(t *testing.T) {
 		t.Fatalf("after the refusal A reads %d entries, want 50", lines)
 	}
 
-	// A commit from a newer version of silt, as the next LSN of A's remote.
+	// A commit from a newer version of silt, as the next LSN of A's remote,
+	// made from the record of A's last commit (its local copy: the remote
+	// object is packed, the segment first).
 	commits := filepath.Join(dir, "remoteA", "emq.cm.events", "commits")
 	names, _ := os.ReadDir(commits)
 	last := names[len(names)-1].Name()
-	obj, _ := os.ReadFile(filepath.Join(commits, last))
+	obj, err := os.ReadFile(filepath.Join(dir, "data", "emq.cm.events", "commits", last))
+	if err != nil {
+		t.Fatal(err)
+	}
 	body, _, _ := strings.Cut(string(obj), "\n")
 	var c map[string]any
-	json.Unmarshal([]byte(body), &c)
-	c["version"], c["lsn"] = 3, c["lsn"].(float64)+1 // 2 is compaction and prune; 3 is from the future
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		t.Fatal(err)
+	}
+	c["version"], c["lsn"] = 4, c["lsn"].(float64)+1 // 2 is compaction and prune, 3 a packed commit; 4 is from the future
 	nb, _ := json.Marshal(c)
 	sum := sha256.Sum256(nb)
 	next := fmt.Sprintf("%020d", int(c["lsn"].(float64)))

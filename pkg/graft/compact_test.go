@@ -1,11 +1,15 @@
 package graft_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -190,5 +194,96 @@ func TestCompact_CrashAtEachStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestPacked_DropKeepsLiveCommits: packed commits (the default) are one
+// object each, so no segment object is written; an older build reading one
+// whole refuses a newer format instead of calling it corrupt. A packed
+// commit holds live data: gc --drop-old-commits keeps it until compaction
+// replaced its segment, then deletes it, and readers, warm and cold, still
+// see every page once while verify passes.
+func TestPacked_DropKeepsLiveCommits(t *testing.T) {
+	remote := t.TempDir()
+	local, err := fence.OpenLocal(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &counting{Store: local}
+	ctx := context.Background()
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 300; i++ {
+		if _, err := v.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if segs, err := st.List(ctx, "vol/segments/", "", 0); err != nil || len(segs) != 0 {
+		t.Fatalf("%d segment objects (%v), want none: a packed commit holds its segment", len(segs), err)
+	}
+	whole, err := st.Get(ctx, "vol/commits/00000000000000000001", fence.Range{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Builds of formats 1-2 read an object's first line for its version
+	// before its checksum, and refuse one above 2 as newer.
+	first, _, _ := bytes.Cut(whole, []byte("\n"))
+	var peek struct{ Version int }
+	if err := json.Unmarshal(first, &peek); err != nil || peek.Version != 3 {
+		t.Fatalf("a packed object's first line %q: version %d, %v; want 3", first, peek.Version, err)
+	}
+	if _, err := graft.DecodeCommit("vol/commits/00000000000000000001", whole); !errors.Is(err, graft.ErrCorrupt) {
+		t.Fatalf("a packed object read whole as a format 1 object: %v, want ErrCorrupt", err)
+	}
+	if n, err := v.DropOldCommits(ctx, 0, true, 0); err != nil || n != 0 {
+		t.Fatalf("drop before compaction: %d, %v; want none (every commit holds a live segment)", n, err)
+	}
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPages(t, pagesOf(t, cold), 300)
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 64}); err != nil || res.Merged != 256 {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	n, err := v.DropOldCommits(ctx, 0, true, 0)
+	if err != nil || n < 256 {
+		t.Fatalf("drop after compaction: %d, %v; want the 256 replaced commits at least", n, err)
+	}
+	for _, r := range []*graft.Volume{v, cold} {
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantPages(t, pagesOf(t, r), 300)
+	}
+	again, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPages(t, pagesOf(t, again), 300)
+	rep, err := again.VerifyRemote(ctx)
+	if err != nil || rep.Entries != 48 || rep.ChainStart == 0 || rep.Unchained != 44 || rep.Segments < 48 {
+		t.Fatalf("verify after the drop: %+v %v; want the 44 packed commits left below the chain's start, their segments checked", rep, err)
+	}
+	// Their segments are checked though no commit of the chain names them.
+	obj := filepath.Join(remote, "vol", "commits", fmt.Sprintf("%020d", 280))
+	flip(t, obj, 100) // a page record of its segment
+	if _, err := again.VerifyRemote(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), "vol/commits/00000000000000000280") {
+		t.Fatalf("verify with a live packed segment below the chain's start corrupt: %v", err)
+	}
+	flip(t, obj, 100)
+	if err := os.Rename(obj, obj+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.VerifyRemote(ctx); !errors.Is(err, fence.ErrNotFound) || !strings.Contains(err.Error(), "00000000000000000280") {
+		t.Fatalf("verify with a live packed commit below the chain's start gone: %v", err)
+	}
+	if err := os.Rename(obj+".aside", obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Commit(ctx, []graft.Page{{No: 301, Data: []byte("page 301")}}, nil); err != nil {
+		t.Fatal(err)
 	}
 }

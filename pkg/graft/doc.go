@@ -3,14 +3,17 @@
 // segment files in a local data directory and replicated behind the
 // create-only commit fence of package fence. It knows nothing of Redis.
 //
-// A commit writes its pages into one segment, uploads the segment under a
-// unique key, then creates commits/<20-digit LSN> with If-None-Match: *.
-// Only a committed segment exists for readers; a writer that loses the race
-// for an LSN gets a *ConflictError carrying the winner's commit, and the
-// volume adopts it. Remote layout under the store's prefix, per volume:
+// A commit writes its pages into one segment and creates
+// commits/<20-digit LSN> with If-None-Match: *, holding the segment and the
+// commit record after it (a packed commit: one PUT). On a store where a
+// suffix read costs the whole object (an encrypted one) it uploads the
+// segment under a unique key first, then creates the commit object. Only a
+// committed segment exists for readers; a writer that loses the race for an
+// LSN gets a *ConflictError carrying the winner's commit, and the volume
+// adopts it. Remote layout under the store's prefix, per volume:
 //
-//	<volume>/segments/<20-digit LSN>-<13-digit unix ms>-<writer>
 //	<volume>/commits/<20-digit LSN>
+//	<volume>/segments/<20-digit LSN>-<13-digit unix ms>-<writer>   (compactions, unpacked commits)
 //	<volume>/checkpoints/<20-digit 2^64-1-LSN>
 //	<volume>/branches/..., <volume>/index/...
 //

@@ -28,8 +28,10 @@ type VerifyReport struct {
 	// ChainStart is the checkpoint the chain starts from when the commits
 	// before it were dropped (DropOldCommits); 0: the chain starts at LSN 1.
 	ChainStart uint64 `json:"chain_start,omitempty"`
-	// Unchained counts the commits below ChainStart a drop that did not
-	// finish left behind: not checked; the next drop deletes them.
+	// Unchained counts the commits below ChainStart a drop left: those a
+	// drop that did not finish left behind (the next drop deletes them) and
+	// packed commits whose segment is still live (deleted once compaction
+	// replaced it). Not checked as commits.
 	Unchained int `json:"unchained,omitempty"`
 }
 
@@ -74,6 +76,9 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err := cv.seed(ctx, ckAt[start]); err != nil {
 			return rep, err
 		}
+		if err := cv.checkSeeded(ctx, ckAt[start], &rep); err != nil {
+			return rep, err
+		}
 	}
 	chain := scan.above(start)
 	rep.ChainStart, rep.Unchained = start, scan.keys-chain
@@ -98,23 +103,8 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		checked, err := f.seg != nil, f.segErr
-		if errors.Is(err, errRanged) {
-			checked, err = true, v.checkRanges(ctx, c, nil)
-		} else if checked {
-			err = checkAgainst(c.Segment.Key, f.seg, c)
-		}
-		switch {
-		case c.Segment.Key == "": // a prune commit has none
-		case errors.Is(err, fence.ErrNotFound):
-			cv.missing = append(cv.missing, c.LSN) // fine if a compaction or a prune dropped it: checked at the end
-			rep.Collected++
-		case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+		if err := cv.checkSegment(ctx, "commit "+key, c, f, &rep); err != nil {
 			return rep, err
-		case err != nil:
-			return rep, fmt.Errorf("verify volume %s: commit %s: %w", v.name, key, err)
-		case checked:
-			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
 		}
 		if ck, ok := ckAt[c.LSN]; ok {
 			// Every checkpoint's commit and totals; the newest one's entries too.
@@ -131,6 +121,81 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	}
 	rep.Entries = len(cv.entries)
 	return rep, cv.gone(ctx)
+}
+
+// checkSegment checks the segment f holds for c, or reads it by ranges
+// (errRanged), and counts it. A missing one is noted: fine if a compaction
+// or a prune replaced it, which gone checks at the end. what names the
+// commit or entry for errors.
+func (cv *chainVerifier) checkSegment(ctx context.Context, what string, c *Commit, f verified, rep *VerifyReport) error {
+	checked, err := f.seg != nil, f.segErr
+	if errors.Is(err, errRanged) {
+		checked, err = true, cv.v.checkRanges(ctx, c, nil)
+	} else if checked {
+		err = checkAgainst(c.Segment.Key, f.seg, c)
+	}
+	switch {
+	case c.Segment.Key == "": // a prune commit has none
+	case errors.Is(err, fence.ErrNotFound):
+		cv.missing = append(cv.missing, c.LSN)
+		rep.Collected++
+	case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+		return err
+	case err != nil:
+		return fmt.Errorf("verify volume %s: %s: %w", cv.v.name, what, err)
+	case checked:
+		rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
+	}
+	return nil
+}
+
+// checkSeeded checks the segments of the entries of the checkpoint at key,
+// where the chain starts after a drop: no commit the chain walks names
+// them (packed commits below the start whose segments are live, merged
+// segments of compactions dropped), 8 fetched ahead as the chain's are.
+func (cv *chainVerifier) checkSeeded(ctx context.Context, key string, rep *VerifyReport) error {
+	v := cv.v
+	root, err := v.store.Get(ctx, key, fence.Range{})
+	if err != nil {
+		return fmt.Errorf("verify volume %s: %w", v.name, err)
+	}
+	ck, err := decodeCheckpoint(key, root)
+	if err != nil {
+		return err
+	}
+	entries := func(yield func(*Commit, error) bool) {
+		for ref, err := range v.leafRefs(ctx, ck, nil) {
+			var leaf []Entry
+			if err == nil {
+				leaf, err = v.leaf(ctx, ref)
+			}
+			if err != nil {
+				yield(nil, fmt.Errorf("checkpoint %s: %w", key, err))
+				return
+			}
+			for _, e := range leaf {
+				if !yield(e.commit(v.name), nil) {
+					return
+				}
+			}
+		}
+	}
+	fetch := func(ctx context.Context, c *Commit) (verified, error) {
+		f := verified{key: c.Segment.Key, c: c}
+		f.seg, f.segErr = v.fetchSegment(ctx, c)
+		return f, nil
+	}
+	from := len(cv.missing)
+	for f, err := range fetchAhead(ctx, entries, ahead{n: verifyAhead}, nil, fetch) {
+		if err != nil {
+			return fmt.Errorf("verify volume %s: %w", v.name, err)
+		}
+		if err := cv.checkSegment(ctx, fmt.Sprintf("entry %d of checkpoint %s", f.c.LSN, key), f.c, f, rep); err != nil {
+			return err
+		}
+	}
+	slices.Sort(cv.missing[from:]) // gone looks them up; the chain's come after, in order
+	return nil
 }
 
 // listed yields the keys under prefix in order, listing gcPage at a time.
@@ -304,6 +369,9 @@ func chainStart(scan chainScan, dropped uint64, ckAt map[uint64]string) uint64 {
 		if h.Lo <= dropped {
 			gone = min(h.Hi, dropped)
 		}
+	}
+	if dropped > scan.last { // the newest commits dropped too, packed ones below them kept (their segments are live)
+		gone = dropped
 	}
 	if gone == 0 {
 		return 0

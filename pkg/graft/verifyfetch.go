@@ -167,14 +167,21 @@ func (v *Volume) fetchVerified(ctx context.Context, key string) (verified, error
 		}
 		return f, f.bad
 	}
-	switch seg := f.c.Segment; {
-	case seg.Key == "": // a prune commit
-	case seg.Size > verifyWholeMax:
-		f.segErr = errRanged
-	default:
-		f.seg, f.segErr = v.store.Get(ctx, seg.Key, seg.span())
-	}
+	f.seg, f.segErr = v.fetchSegment(ctx, f.c)
 	return f, nil
+}
+
+// fetchSegment GETs c's segment when it is at most verifyWholeMax; a larger
+// one is errRanged (read by ranges, in order), a prune commit's none.
+func (v *Volume) fetchSegment(ctx context.Context, c *Commit) ([]byte, error) {
+	switch seg := c.Segment; {
+	case seg.Key == "":
+		return nil, nil
+	case seg.Size > verifyWholeMax:
+		return nil, errRanged
+	default:
+		return v.store.Get(ctx, seg.Key, seg.span())
+	}
 }
 
 // checkRanges verifies c's remote segment as checkAgainst verifies a whole
