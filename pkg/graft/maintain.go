@@ -73,10 +73,11 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	}
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	if start > 0 {
-		if err := cv.seed(ctx, ckAt[start]); err != nil {
+		ck, err := cv.seed(ctx, ckAt[start])
+		if err != nil {
 			return rep, err
 		}
-		if err := cv.checkSeeded(ctx, ckAt[start], &rep); err != nil {
+		if err := cv.checkSeeded(ctx, ckAt[start], ck, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -149,20 +150,13 @@ func (cv *chainVerifier) checkSegment(ctx context.Context, what string, c *Commi
 	return nil
 }
 
-// checkSeeded checks the segments of the entries of the checkpoint at key,
-// where the chain starts after a drop: no commit the chain walks names
-// them (packed commits below the start whose segments are live, merged
-// segments of compactions dropped), 8 fetched ahead as the chain's are.
-func (cv *chainVerifier) checkSeeded(ctx context.Context, key string, rep *VerifyReport) error {
+// checkSeeded checks the segments of the entries of checkpoint ck (at
+// key), where the chain starts after a drop: no commit the chain walks
+// names them (packed commits below the start whose segments are live,
+// merged segments of compactions dropped), 8 fetched ahead as the chain's
+// are.
+func (cv *chainVerifier) checkSeeded(ctx context.Context, key string, ck *checkpoint, rep *VerifyReport) error {
 	v := cv.v
-	root, err := v.store.Get(ctx, key, fence.Range{})
-	if err != nil {
-		return fmt.Errorf("verify volume %s: %w", v.name, err)
-	}
-	ck, err := decodeCheckpoint(key, root)
-	if err != nil {
-		return err
-	}
 	entries := func(yield func(*Commit, error) bool) {
 		for ref, err := range v.leafRefs(ctx, ck, nil) {
 			var leaf []Entry
@@ -386,34 +380,34 @@ func chainStart(scan chainScan, dropped uint64, ckAt map[uint64]string) uint64 {
 }
 
 // seed starts the verifier at the checkpoint at key: its commit and its
-// entries, checked against its totals.
-func (cv *chainVerifier) seed(ctx context.Context, key string) error {
+// entries, checked against its totals. It returns the checkpoint.
+func (cv *chainVerifier) seed(ctx context.Context, key string) (*checkpoint, error) {
 	v := cv.v
 	root, err := v.store.Get(ctx, key, fence.Range{})
 	if err != nil {
-		return fmt.Errorf("verify volume %s: %w", v.name, err)
+		return nil, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
 	ck, err := decodeCheckpoint(key, root)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cv.prev, cv.mono = ck.CommitHash, ck.Monotonic
 	for ref, err := range v.leafRefs(ctx, ck, nil) {
 		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", key, err)
+			return nil, fmt.Errorf("checkpoint %s: %w", key, err)
 		}
 		entries, err := v.leaf(ctx, ref)
 		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", key, err)
+			return nil, fmt.Errorf("checkpoint %s: %w", key, err)
 		}
 		for _, e := range entries {
 			cv.entries, cv.bytes, cv.top = append(cv.entries, derive(e)), cv.bytes+e.Segment.Size, max(cv.top, e.hi())
 		}
 	}
 	if uint64(len(cv.entries)) != ck.Entries || cv.bytes != ck.Bytes {
-		return fmt.Errorf("checkpoint %s: %w: its nodes hold %d entries of %d bytes, it says %d of %d", key, ErrCorrupt, len(cv.entries), cv.bytes, ck.Entries, ck.Bytes)
+		return nil, fmt.Errorf("checkpoint %s: %w: its nodes hold %d entries of %d bytes, it says %d of %d", key, ErrCorrupt, len(cv.entries), cv.bytes, ck.Entries, ck.Bytes)
 	}
-	return nil
+	return ck, nil
 }
 
 // gone checks, at the end of the chain, that every segment found missing

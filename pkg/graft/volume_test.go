@@ -120,10 +120,10 @@ func TestVolume_RequestsPerCommitAndNoListInSteadyState(t *testing.T) {
 	}
 	perCommit := float64(st.Creates.Load()+st.Gets.Load()+st.Lists.Load()) / commits
 	t.Logf("requests per commit: %.2f (creates %d, gets %d, lists %d)", perCommit, st.Creates.Load(), st.Gets.Load(), st.Lists.Load())
-	// Two objects per commit, and three per checkpoint (leaf, branch, root)
-	// every CheckpointEvery commits.
-	if perCommit > 2+3.0/graft.CheckpointEvery+0.01 || st.Lists.Load() != 0 || st.Gets.Load() != 0 {
-		t.Fatalf("%.2f requests per commit, %d lists, %d gets; want <= 2.2, 0 and 0", perCommit, st.Lists.Load(), st.Gets.Load())
+	// One object per commit (packed), and three per checkpoint (leaf,
+	// branch, root) every CheckpointEvery commits.
+	if perCommit > 1+3.0/graft.CheckpointEvery+0.01 || st.Lists.Load() != 0 || st.Gets.Load() != 0 {
+		t.Fatalf("%.2f requests per commit, %d lists, %d gets; want <= 1.2, 0 and 0", perCommit, st.Lists.Load(), st.Gets.Load())
 	}
 	// Reopening with a local head asks for the newest checkpoint key (one
 	// LIST of one key) and probes forward; it never lists the commits.
