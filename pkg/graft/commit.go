@@ -80,8 +80,10 @@ func packedRecord(name string, tail []byte) (rec []byte, need int64, ok bool, er
 }
 
 // Commit is the record that makes one segment's pages visible at an LSN. It
-// is written last, once, create-only, at commits/<20-digit LSN>. Prev is the
-// SHA-256 of the previous commit object, so the commits form a hash chain.
+// is written last, once, create-only, at commits/<20-digit LSN> (packed: the
+// object's end, after its segment). Prev is the SHA-256 of the previous
+// commit's record (a format 1 or 2 object whole), so the commits form a
+// hash chain.
 type Commit struct {
 	Version int               `json:"version"`
 	Volume  string            `json:"volume"`
@@ -109,7 +111,7 @@ type Commit struct {
 	PruneBelow uint64 `json:"prune_below,omitempty"`
 
 	hash string // SHA-256 of the encoded object, set by Encode and DecodeCommit
-	raw  []byte // the encoded object, kept for the head commit only
+	raw  []byte // the encoded record, kept for the head commit only
 }
 
 // SegmentRef names a commit's segment and how to check it. Size and

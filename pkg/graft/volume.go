@@ -491,6 +491,9 @@ func (v *Volume) readCommit(ctx context.Context, key string) (*Commit, error) {
 		if b, err = v.store.Get(ctx, key, fence.Suffix(need)); err != nil {
 			return nil, err
 		}
+		if int64(len(b)) < need {
+			return nil, fmt.Errorf("commit %s: %w: its footer names a record of %d bytes in an object of %d", key, ErrCorrupt, need-int64(packedFooter), len(b))
+		}
 		if rec, need, _, err = packedRecord(key, b); err != nil || need > 0 {
 			return nil, cmp.Or(err, fmt.Errorf("commit %s: %w: its footer changed between two reads", key, ErrCorrupt))
 		}
