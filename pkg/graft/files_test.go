@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 
 // faultFS is a file layer that fails: after room bytes a write returns
 // ENOSPC (a short write first, as a full disk does), or Sync or Rename
-// returns EIO.
+// returns EIO. A packed commit writes two files at once: it is safe for
+// concurrent use.
 type faultFS struct {
+	mu         sync.Mutex
 	room       int // bytes that still fit; negative: unlimited
 	syncErr    error
 	renameErr  error
@@ -39,6 +42,8 @@ func (f *faultFS) CreateTemp(dir, pattern string) (writable, error) {
 }
 
 func (f *faultFS) Rename(from, to string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.renameErr != nil {
 		f.injections++
 		return f.renameErr
@@ -47,6 +52,8 @@ func (f *faultFS) Rename(from, to string) error {
 }
 
 func (f *faultFile) Write(b []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
 	if f.fs.room < 0 || len(b) <= f.fs.room {
 		if f.fs.room >= 0 {
 			f.fs.room -= len(b)
@@ -60,6 +67,8 @@ func (f *faultFile) Write(b []byte) (int, error) {
 }
 
 func (f *faultFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
 	if f.fs.syncErr != nil {
 		f.fs.injections++
 		return f.fs.syncErr
