@@ -140,6 +140,71 @@ func TestVerify_LargeSegmentsByRanges(t *testing.T) {
 	}
 }
 
+// TestVerify_PackedSegmentsByRanges: a packed commit's segment, checked by
+// ranges, starts at its offset in the object and ends before the record:
+// a sound chain passes, and a changed byte in a page or in the index is
+// corrupt, named by key, as in a segment object of its own.
+func TestVerify_PackedSegmentsByRanges(t *testing.T) {
+	defer func(w, r int64) { verifyWholeMax, verifyRange = w, r }(verifyWholeMax, verifyRange)
+	verifyWholeMax, verifyRange = 64, 100
+	ctx := context.Background()
+	build := func(t *testing.T) (string, *Volume) {
+		root := t.TempDir()
+		st, err := fence.OpenLocal(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range 12 {
+			var pages []Page
+			for p := range 5 {
+				no := uint64(c*5 + p)
+				pages = append(pages, Page{No: no, Data: bytes.Repeat([]byte{byte(no)}, 7+int(no)*37%300)})
+			}
+			if _, err := v.Commit(ctx, pages, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root, v
+	}
+	_, v := build(t)
+	if rep, err := v.VerifyRemote(ctx); err != nil || rep.Segments != 12 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	for _, tc := range []struct {
+		name string
+		at   func(seg SegmentRef) int64 // an offset in the object
+	}{
+		{"page byte changed", func(seg SegmentRef) int64 { return seg.Offset + headerSize + 20 }},
+		{"index changed", func(seg SegmentRef) int64 { return seg.Size - trailerSize - indexItemSize + 3 }},
+		{"header changed", func(seg SegmentRef) int64 { return seg.Offset + 17 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, v := build(t)
+			c := v.Latest()
+			if c.Segment.Offset == 0 || c.Segment.Size <= verifyWholeMax {
+				t.Fatalf("commit %d: segment %+v, want a packed one over %d bytes", c.LSN, c.Segment, verifyWholeMax)
+			}
+			path := filepath.Join(root, filepath.FromSlash(c.Segment.Key))
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[tc.at(c.Segment)] ^= 1
+			os.Chmod(path, 0o644)
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.VerifyRemote(ctx); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.Segment.Key) {
+				t.Fatalf("verify: %v; want corrupt, naming %s", err, c.Segment.Key)
+			}
+		})
+	}
+}
+
 // TestPull_AheadAndByRanges: pull reads 8 commits ahead, streams segments
 // over verifyWholeMax into their local files by ranges, and the pulled
 // copy then reads every page with the remote refusing every GET. A large
