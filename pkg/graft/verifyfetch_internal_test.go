@@ -82,31 +82,7 @@ func TestVerify_ReadsAhead(t *testing.T) {
 func TestVerify_LargeSegmentsByRanges(t *testing.T) {
 	defer func(w, r int64) { verifyWholeMax, verifyRange = w, r }(verifyWholeMax, verifyRange)
 	ctx := context.Background()
-	build := func(t *testing.T) (string, *Volume) {
-		root := t.TempDir()
-		st, err := fence.OpenLocal(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for c := range 12 {
-			var pages []Page
-			for p := range 5 {
-				no := uint64(c*5 + p)
-				pages = append(pages, Page{No: no, Data: bytes.Repeat([]byte{byte(no)}, 7+int(no)*37%300)})
-			}
-			if _, err := v.Commit(ctx, pages, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := v.Compact(ctx, CompactOptions{MinEntries: 4}); err != nil {
-			t.Fatal(err)
-		}
-		return root, v
-	}
+	build := func(t *testing.T) (string, *Volume) { return fivePageCommits(t, true) }
 	for _, ranged := range []bool{false, true} {
 		verifyWholeMax, verifyRange = 4<<20, 4<<20
 		if ranged {
@@ -140,6 +116,47 @@ func TestVerify_LargeSegmentsByRanges(t *testing.T) {
 	}
 }
 
+// localVolume opens a volume (a checkpoint every 4 commits) on a local
+// store; it returns the store's root directory, the store and the volume.
+func localVolume(t *testing.T) (string, *fence.Local, *Volume) {
+	t.Helper()
+	root := t.TempDir()
+	st, err := fence.OpenLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenWith(context.Background(), t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, st, v
+}
+
+// fivePageCommits commits 12 packed commits of five pages of 7 to 300
+// bytes (a checkpoint every 4), compacted when compact; it returns the
+// remote's root directory and the volume.
+func fivePageCommits(t *testing.T, compact bool) (string, *Volume) {
+	t.Helper()
+	ctx := context.Background()
+	root, _, v := localVolume(t)
+	for c := range 12 {
+		var pages []Page
+		for p := range 5 {
+			no := uint64(c*5 + p)
+			pages = append(pages, Page{No: no, Data: bytes.Repeat([]byte{byte(no)}, 7+int(no)*37%300)})
+		}
+		if _, err := v.Commit(ctx, pages, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if compact {
+		if _, err := v.Compact(ctx, CompactOptions{MinEntries: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, v
+}
+
 // TestVerify_PackedSegmentsByRanges: a packed commit's segment, checked by
 // ranges, starts at its offset in the object and ends before the record:
 // a sound chain passes, and a changed byte in a page or in the index is
@@ -148,28 +165,7 @@ func TestVerify_PackedSegmentsByRanges(t *testing.T) {
 	defer func(w, r int64) { verifyWholeMax, verifyRange = w, r }(verifyWholeMax, verifyRange)
 	verifyWholeMax, verifyRange = 64, 100
 	ctx := context.Background()
-	build := func(t *testing.T) (string, *Volume) {
-		root := t.TempDir()
-		st, err := fence.OpenLocal(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for c := range 12 {
-			var pages []Page
-			for p := range 5 {
-				no := uint64(c*5 + p)
-				pages = append(pages, Page{No: no, Data: bytes.Repeat([]byte{byte(no)}, 7+int(no)*37%300)})
-			}
-			if _, err := v.Commit(ctx, pages, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return root, v
-	}
+	build := func(t *testing.T) (string, *Volume) { return fivePageCommits(t, false) }
 	_, v := build(t)
 	if rep, err := v.VerifyRemote(ctx); err != nil || rep.Segments != 12 {
 		t.Fatalf("verify: %+v, %v", rep, err)
@@ -214,15 +210,7 @@ func TestPull_AheadAndByRanges(t *testing.T) {
 	defer func(w, r int64) { verifyWholeMax, verifyRange = w, r }(verifyWholeMax, verifyRange)
 	verifyWholeMax, verifyRange = 300, 100
 	ctx := context.Background()
-	root := t.TempDir()
-	st, err := fence.OpenLocal(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenWith(ctx, t.TempDir(), "vol", st, Options{CheckpointEvery: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, st, v := localVolume(t)
 	want := map[uint64][]byte{}
 	for c := range 24 {
 		var pages []Page
