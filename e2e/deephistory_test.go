@@ -184,7 +184,8 @@ func TestDeepHistory_CompactionUnderColdReadersGCAndKills(t *testing.T) {
 // TestDeepHistory_ArchiveKeepFor: history retention is a run's flag, not a
 // bucket rule. Entries older than --archive-keep-for leave the archive
 // through the fence (prune commit, checkpoint), cold readers read exactly
-// the rest, gc then deletes the objects, and verify passes.
+// the rest, gc --drop-old-commits then deletes the objects (a packed
+// commit holds its segment), and verify passes.
 func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
