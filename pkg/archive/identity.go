@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/graft"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -35,11 +36,10 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 		a.identity, err = a.log.ClaimArchiveIdentity(ctx, newIdentity(), a.vol.Name(), a.RemoteName)
 		return err
 	}
-	rec, recorded, err := a.log.ArchiveRecord(ctx)
+	rec, recorded, latest, err := a.recordAndLatest(ctx)
 	if err != nil {
 		return err
 	}
-	latest := a.vol.Latest()
 	switch {
 	case recorded && latest != nil && latest.Meta[metaIdentity] != rec.Identity:
 		return fmt.Errorf("archive %s: this Redis recorded its archive as %s on %s (volume %s, LSN %d); the remote's volume %s holds archive %q at LSN %d: %w; nothing trimmed",
@@ -73,6 +73,23 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 	}
 	a.identity, err = a.log.ClaimArchiveIdentity(ctx, newIdentity(), a.vol.Name(), a.RemoteName)
 	return err
+}
+
+// recordAndLatest reads Redis's record of the archive, then the remote's
+// latest commit as of that read. A run records a commit after making it, so
+// a record above the volume's head (another archiver committed since this
+// one last looked: its first commit, say) is first looked for on the
+// remote; only what is still missing after that is a wrong remote.
+func (a *Archive) recordAndLatest(ctx context.Context) (rec stream.ArchiveRecord, recorded bool, latest *graft.Commit, err error) {
+	if rec, recorded, err = a.log.ArchiveRecord(ctx); err != nil {
+		return rec, false, nil, err
+	}
+	if recorded && a.vol.Head() < rec.LSN {
+		if err := a.vol.Refresh(ctx); err != nil {
+			return rec, recorded, nil, err
+		}
+	}
+	return rec, recorded, a.vol.Latest(), nil
 }
 
 // record updates the archive's record in Redis to lsn and w. A record
@@ -125,11 +142,10 @@ func newIdentity() string {
 // names the remote Redis recorded (without secrets). A stream never
 // archived, or archived before records were kept, passes.
 func (a *Archive) CheckRemote(ctx context.Context) error {
-	rec, recorded, err := a.log.ArchiveRecord(ctx)
+	rec, recorded, latest, err := a.recordAndLatest(ctx)
 	if err != nil || !recorded {
 		return err
 	}
-	latest := a.vol.Latest()
 	switch {
 	case latest == nil && rec.LSN > 0:
 		return fmt.Errorf("%s was archived to %s (volume %s, %d commits, W %s); this remote holds none of it: point the remote there: %w",

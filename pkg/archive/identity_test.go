@@ -104,6 +104,31 @@ func TestArchive_WrongRemoteIsRefused(t *testing.T) {
 	}
 }
 
+// An archive opened before another archiver's first commit is not a wrong
+// remote: Redis's record is read first and the remote is looked at after
+// it (CI once saw "this remote holds none" from one of four archivers
+// started together, whose view of the remote predated a peer's commit).
+func TestArchive_RecordNewerThanTheOpenedVolume(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.appendN(t, 30)
+	reader, late := e.open(t), e.open(t)
+	if _, err := e.open(t).Run(ctx, archive.Policy{KeepLast: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.CheckRemote(ctx); err != nil {
+		t.Fatalf("CheckRemote on a volume opened before the first commit: %v", err)
+	}
+	if reader.Volume().Head() == 0 {
+		t.Fatal("CheckRemote passed without seeing the commit")
+	}
+	e.appendN(t, 10)
+	res, err := late.Run(ctx, archive.Policy{KeepLast: 5}, nil)
+	if err != nil || res.Archived != 10 {
+		t.Fatalf("a run opened before a peer's commits: %+v, %v", res, err)
+	}
+}
+
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
 
 // A Redis that loses the archive's record while a run goes on (restarted

@@ -57,11 +57,11 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if err := a.vol.Refresh(ctx); err != nil {
 		return res, err
 	}
-	var st state
-	if st, err = stateOf(a.vol.Latest()); err != nil {
+	if err := a.checkIdentity(ctx); err != nil {
 		return res, err
 	}
-	if err := a.checkIdentity(ctx); err != nil {
+	var st state
+	if st, err = stateOf(a.vol.Latest()); err != nil {
 		return res, err
 	}
 	// A crash between commit and trim leaves archived entries live: trim them.
