@@ -185,7 +185,8 @@ func TestDeepHistory_CompactionUnderColdReadersGCAndKills(t *testing.T) {
 // bucket rule. Entries older than --archive-keep-for leave the archive
 // through the fence (prune commit, checkpoint), cold readers read exactly
 // the rest, gc --drop-old-commits then deletes the objects (a packed
-// commit holds its segment), and verify passes.
+// commit holds its segment), verify passes, and pull still rebuilds a warm
+// copy.
 func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	srv := testserver.Redis(t)
 	dir := t.TempDir()
@@ -240,6 +241,20 @@ func TestDeepHistory_ArchiveKeepFor(t *testing.T) {
 	}
 	if got = coldIDs(t, archiverEnv(srv, filepath.Join(dir, "cold-3"), remote)); !slices.Equal(got, want) {
 		t.Fatalf("cold read after dropping old commits: %d entries, want %d", len(got), len(want))
+	}
+	// A warm copy is still rebuilt by pull (the repair verify names), from
+	// the checkpoint the chain starts at, and then reads the same history.
+	warm := archiverEnv(srv, filepath.Join(dir, "warm"), remote)
+	var pulled struct {
+		ChainStart int `json:"chain_start"`
+		Segments   int `json:"segments"`
+	}
+	if err := json.Unmarshal([]byte(silt(t, "", warm, "archiver", "pull")), &pulled); err != nil || pulled.ChainStart != ver.Remote.ChainStart || pulled.Segments == 0 {
+		t.Fatalf("pull after dropping old commits: %+v %v; want the chain from checkpoint %d", pulled, err, ver.Remote.ChainStart)
+	}
+	silt(t, "", warm, "archiver", "verify")
+	if got = coldIDs(t, warm); !slices.Equal(got, want) {
+		t.Fatalf("read of the pulled copy: %d entries, want %d", len(got), len(want))
 	}
 }
 

@@ -193,7 +193,7 @@ func gcCommand() *cli.Command {
 		Flags: withArchive(
 			&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "keep objects younger than this (at least 1m: a commit or a reader in flight needs them)"},
 			&cli.BoolFlag{Name: "force", Usage: "accept a --grace under 1m (only with no archiver or reader running)"},
-			&cli.BoolFlag{Name: "drop-old-commits", Usage: "also delete the commit objects before the oldest checkpoint kept, 16 at once: readers open from checkpoints; verify then starts the chain there (after an interrupted drop, at the checkpoint above what is left) and pull refuses the volume"},
+			&cli.BoolFlag{Name: "drop-old-commits", Usage: "also delete the commit objects before the oldest checkpoint kept, 16 at once: readers open from checkpoints; verify and pull then start the chain there (after an interrupted drop, at the checkpoint above what is left)"},
 		),
 		Action: onArchive(true, func(c *cli.Context, e *env, a *archive.Archive) error {
 			n, err := a.Volume().GC(c.Context, c.Duration("grace"), c.Bool("force"))

@@ -204,17 +204,8 @@ func TestCompact_CrashAtEachStep(t *testing.T) {
 // replaced its segment, then deletes it, and readers, warm and cold, still
 // see every page once while verify passes.
 func TestPacked_DropKeepsLiveCommits(t *testing.T) {
-	remote := t.TempDir()
-	local, err := fence.OpenLocal(remote)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &counting{Store: local}
+	remote, st, v := packedOnLocal(t)
 	ctx := context.Background()
-	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := 1; i <= 300; i++ {
 		if _, err := v.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
 			t.Fatal(err)
@@ -356,5 +347,143 @@ func TestPacked_AfterUnpackedHistory(t *testing.T) {
 	commit(ev, 1, 3)
 	if segs, err := enc.List(ctx, "vol/segments/", "", 0); err != nil || len(segs) != 3 {
 		t.Fatalf("encrypted store: %d segment objects (%v), want 3", len(segs), err)
+	}
+}
+
+// packedOnLocal opens volume "vol" (packed commits) on a local directory
+// remote (returned, for tests that damage its files) through a counting store.
+func packedOnLocal(t *testing.T) (string, *counting, *graft.Volume) {
+	t.Helper()
+	remote := t.TempDir()
+	local, err := fence.OpenLocal(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &counting{Store: local}
+	v, err := graft.Open(context.Background(), t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return remote, st, v
+}
+
+// TestPull_AfterDrop: a chain whose old commits were dropped (packed ones
+// below its start still holding live segments) is pulled from the
+// checkpoint the drop left, as verify walks it: every page is then read
+// from local files alone, the local copy verifies, and a corrupt live
+// segment below the start stops the pull naming it.
+func TestPull_AfterDrop(t *testing.T) {
+	remote, st, v := packedOnLocal(t)
+	ctx := context.Background()
+	commit := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			if _, err := v.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	commit(1, 300)
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 64}); err != nil || res.Merged != 256 {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	if n, err := v.DropOldCommits(ctx, 0, true, 0); err != nil || n < 256 {
+		t.Fatalf("drop: %d, %v", n, err)
+	}
+	commit(301, 400) // the chain goes on past a newer checkpoint
+	want, err := v.VerifyRemote(ctx)
+	if err != nil || want.ChainStart == 0 || want.Unchained == 0 {
+		t.Fatalf("verify: %+v %v; want a chain starting after a drop", want, err)
+	}
+
+	p, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := p.Pull(ctx)
+	if err != nil {
+		t.Fatalf("pull of a dropped chain: %v", err)
+	}
+	if rep.ChainStart != want.ChainStart || rep.Unchained != want.Unchained || rep.Commits != want.Commits || rep.Segments != want.Segments {
+		t.Fatalf("pull %+v, verify %+v: want the same chain and segments", rep, want)
+	}
+	gets := st.Gets.Load()
+	wantPages(t, pagesOf(t, p), 400)
+	if n := st.Gets.Load() - gets; n != 0 {
+		t.Fatalf("reading the pulled copy took %d GETs, want none", n)
+	}
+	if _, err := p.VerifyLocal(ctx); err != nil {
+		t.Fatalf("verify of the pulled copy: %v", err)
+	}
+	dir := t.TempDir()
+	again, err := graft.Open(ctx, dir, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Pull(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := graft.Open(ctx, dir, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reopened.Head() != v.Head() {
+		t.Fatalf("the pulled copy reopened at head %d, want %d", reopened.Head(), v.Head())
+	}
+	wantPages(t, pagesOf(t, reopened), 400)
+
+	// A live packed commit below the chain's start, corrupt.
+	obj := filepath.Join(remote, "vol", "commits", fmt.Sprintf("%020d", 280))
+	flip(t, obj, 100)
+	q, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Pull(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), "vol/commits/00000000000000000280") {
+		t.Fatalf("pull with a live packed segment below the chain's start corrupt: %v", err)
+	}
+}
+
+// TestPull_EveryCommitDropped: two-object commits, all covered by the
+// newest checkpoint and dropped: pull starts and ends at that checkpoint.
+func TestPull_EveryCommitDropped(t *testing.T) {
+	st := &counting{Store: newStore(t)}
+	ctx := context.Background()
+	v, err := graft.OpenWith(ctx, t.TempDir(), "vol", st, graft.Options{Unpacked: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 150; i++ {
+		if _, err := v.Commit(ctx, []graft.Page{{No: uint64(i), Data: fmt.Appendf(nil, "page %d", i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Checkpoint(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.DropOldCommits(ctx, 0, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := st.List(ctx, "vol/commits/", "", 0); err != nil || len(left) != 0 {
+		t.Fatalf("%d commit objects left (%v), want none", len(left), err)
+	}
+	p, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := p.Pull(ctx)
+	if err != nil || rep.ChainStart != v.Head() || rep.Commits != 0 || rep.Segments == 0 {
+		t.Fatalf("pull: %+v %v; want it to start at the head's checkpoint %d", rep, err, v.Head())
+	}
+	gets := st.Gets.Load()
+	wantPages(t, pagesOf(t, p), 150)
+	if n := st.Gets.Load() - gets; n != 0 {
+		t.Fatalf("reading the pulled copy took %d GETs, want none", n)
+	}
+	if p.Head() != v.Head() {
+		t.Fatalf("pulled head %d, want %d", p.Head(), v.Head())
 	}
 }

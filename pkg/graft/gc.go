@@ -199,11 +199,11 @@ func madeFor(key string) uint64 {
 // reader may hold (as GC counts them, with the same grace), at most limit
 // a call (0: all of them), gcDeletes at once, so a volume of a million
 // commits keeps about as many objects as it has live segments. Readers
-// never need those commits (they open from a checkpoint); pull refuses the
-// volume. Before deleting anything it marks how far it may delete
-// (dropped/, newest first): verify forgives commits missing up to the
-// newest mark, however the drop ended (its limit, an error, a kill), and
-// starts the chain at the oldest checkpoint above them
+// never need those commits (they open from a checkpoint). Before deleting
+// anything it marks how far it may delete (dropped/, newest first): verify
+// and pull forgive commits missing up to the newest mark, however the drop
+// ended (its limit, an error, a kill), and start the chain at the oldest
+// checkpoint above them
 // (VerifyReport.ChainStart, Unchained). It returns how many it deleted.
 func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force bool, limit int) (int, error) {
 	if grace < MinGrace && !force {

@@ -45,32 +45,11 @@ type VerifyReport struct {
 // once.
 func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	var rep VerifyReport
-	cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0)
+	plan, err := v.planChain(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
 	}
-	ckAt := map[uint64]string{}
-	var newestCk uint64
-	for _, k := range cks {
-		if lsn, ok := checkpointLSN(k); ok {
-			ckAt[lsn], newestCk = k, max(newestCk, lsn)
-		}
-	}
-	dropped, err := v.droppedUpTo(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-	}
-	// The whole listing is read twice, a page at a time: every missing
-	// commit is named before anything is read, and a chain of a million
-	// commits is never held as a million keys.
-	scan, err := v.scanChain(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
-	}
-	start := chainStart(scan, dropped, ckAt)
-	if missing := scan.missing(start); len(missing) > 0 {
-		return rep, fmt.Errorf("verify volume %s: %w: %s", v.name, ErrMissingCommits, strings.Join(missing, ", "))
-	}
+	ckAt, newestCk, start := plan.ckAt, plan.newestCk, plan.start
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
 	if start > 0 {
 		ck, err := cv.seed(ctx, ckAt[start])
@@ -81,8 +60,8 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			return rep, err
 		}
 	}
-	chain := scan.above(start)
-	rep.ChainStart, rep.Unchained = start, scan.keys-chain
+	chain := plan.scan.above(start)
+	rep.ChainStart, rep.Unchained = start, plan.scan.keys-chain
 	for lsn := range ckAt {
 		if lsn <= start && start > 0 { // the chain's genesis, and roots before it: nothing to check them against
 			delete(ckAt, lsn)
@@ -156,7 +135,23 @@ func (cv *chainVerifier) checkSegment(ctx context.Context, what string, c *Commi
 // merged segments of compactions dropped), 8 fetched ahead as the chain's
 // are.
 func (cv *chainVerifier) checkSeeded(ctx context.Context, key string, ck *checkpoint, rep *VerifyReport) error {
-	v := cv.v
+	from := len(cv.missing)
+	for f, err := range cv.v.seededSegments(ctx, key, ck) {
+		if err != nil {
+			return fmt.Errorf("verify volume %s: %w", cv.v.name, err)
+		}
+		if err := cv.checkSegment(ctx, fmt.Sprintf("entry %d of checkpoint %s", f.c.LSN, key), f.c, f, rep); err != nil {
+			return err
+		}
+	}
+	slices.Sort(cv.missing[from:]) // gone looks them up; the chain's come after, in order
+	return nil
+}
+
+// seededSegments fetches the segments of the entries of checkpoint ck (at
+// key), 8 ahead, as the chain's are: small ones whole, larger ones left to
+// be read by ranges (errRanged).
+func (v *Volume) seededSegments(ctx context.Context, key string, ck *checkpoint) iter.Seq2[verified, error] {
 	entries := func(yield func(*Commit, error) bool) {
 		for ref, err := range v.leafRefs(ctx, ck, nil) {
 			var leaf []Entry
@@ -179,17 +174,48 @@ func (cv *chainVerifier) checkSeeded(ctx context.Context, key string, ck *checkp
 		f.seg, f.segErr = v.fetchSegment(ctx, c)
 		return f, nil
 	}
-	from := len(cv.missing)
-	for f, err := range fetchAhead(ctx, entries, ahead{n: verifyAhead}, nil, fetch) {
-		if err != nil {
-			return fmt.Errorf("verify volume %s: %w", v.name, err)
-		}
-		if err := cv.checkSegment(ctx, fmt.Sprintf("entry %d of checkpoint %s", f.c.LSN, key), f.c, f, rep); err != nil {
-			return err
+	return fetchAhead(ctx, entries, ahead{n: verifyAhead}, nil, fetch)
+}
+
+// chainPlan is what verify and pull walk: the remote's checkpoints by LSN,
+// the commit listing, and where the chain starts (0: at its first commit;
+// otherwise the checkpoint at that LSN, where a drop left it).
+type chainPlan struct {
+	ckAt     map[uint64]string
+	newestCk uint64
+	scan     chainScan
+	start    uint64
+}
+
+// planChain lists the checkpoints and the commits and finds where the
+// chain starts. Commits missing above that start are an error naming them
+// all, before anything is read.
+func (v *Volume) planChain(ctx context.Context) (chainPlan, error) {
+	plan := chainPlan{ckAt: map[uint64]string{}}
+	cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0)
+	if err != nil {
+		return plan, err
+	}
+	for _, k := range cks {
+		if lsn, ok := checkpointLSN(k); ok {
+			plan.ckAt[lsn], plan.newestCk = k, max(plan.newestCk, lsn)
 		}
 	}
-	slices.Sort(cv.missing[from:]) // gone looks them up; the chain's come after, in order
-	return nil
+	dropped, err := v.droppedUpTo(ctx)
+	if err != nil {
+		return plan, err
+	}
+	// The whole listing is read twice, a page at a time: every missing
+	// commit is named before anything is read, and a chain of a million
+	// commits is never held as a million keys.
+	if plan.scan, err = v.scanChain(ctx); err != nil {
+		return plan, err
+	}
+	plan.start = chainStart(plan.scan, dropped, plan.ckAt)
+	if missing := plan.scan.missing(plan.start); len(missing) > 0 {
+		return plan, fmt.Errorf("%w: %s", ErrMissingCommits, strings.Join(missing, ", "))
+	}
+	return plan, nil
 }
 
 // listed yields the keys under prefix in order, listing gcPage at a time.
@@ -523,31 +549,45 @@ func matchRanges(name string, index []indexEntry, c *Commit) error {
 // fetched, verified and written locally, replacing what was there; the
 // newest checkpoint the chain confirms becomes the local base. It lists and
 // reads as verify does: in pages, 8 commits ahead, segments over 4 MiB by
-// ranges streamed into their local file.
+// ranges streamed into their local file. A chain whose old commits were
+// dropped starts, as verify's does, at the checkpoint the drop left: the
+// segments of its entries are pulled first, and it is the base unless a
+// newer checkpoint is confirmed.
 func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var rep VerifyReport
-	scan, err := v.scanChain(ctx)
+	plan, err := v.planChain(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 	}
-	if missing := scan.missing(0); len(missing) > 0 {
-		return rep, fmt.Errorf("pull volume %s: %w: %s (a chain whose old commits were dropped is not pulled: open it cold instead)", v.name, ErrMissingCommits, strings.Join(missing, ", "))
-	}
-	chain := scan.keys
-	// The newest checkpoint becomes the base if the chain confirms it: its
-	// commit's hash is taken on the way.
-	var ckKey, ckHash string
-	var ckLSN uint64
-	if cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 1); err == nil && len(cks) == 1 {
-		if lsn, ok := checkpointLSN(cks[0]); ok && lsn >= 1 && lsn <= uint64(chain) {
-			ckKey, ckLSN = cks[0], lsn
-		}
-	}
+	start := plan.start
 	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
+	var startKey, newestKey, newestHash string
+	if start > 0 {
+		startKey = plan.ckAt[start]
+		ck, err := cv.seed(ctx, startKey)
+		if err != nil {
+			return rep, err
+		}
+		for f, err := range v.seededSegments(ctx, startKey, ck) {
+			if err != nil {
+				return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
+			}
+			if err := cv.pullSegment(ctx, fmt.Sprintf("entry %d of checkpoint %s", f.c.LSN, startKey), f, &rep); err != nil {
+				return rep, err
+			}
+		}
+		slices.Sort(cv.missing) // gone looks them up; the chain's come after, in order
+	}
+	chain := plan.scan.above(start)
+	rep.ChainStart, rep.Unchained = start, plan.scan.keys-chain
+	ckLSN := uint64(0) // the newest checkpoint above the start, if the chain reaches it
+	if plan.newestCk > start && plan.newestCk <= start+uint64(chain) {
+		ckLSN = plan.newestCk
+	}
 	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, 1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, start+1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
 		if err != nil {
 			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 		}
@@ -556,38 +596,20 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		if f.bad != nil {
 			return rep, f.bad
 		}
-		if err := checkLink(v.name, c, uint64(i), cv.prev); err != nil {
+		if err := checkLink(v.name, c, start+uint64(i), cv.prev); err != nil {
 			return rep, fmt.Errorf("%s: %w", key, err)
 		}
 		if err := cv.add(key, c); err != nil {
 			return rep, err
 		}
-		err := f.segErr
-		switch {
-		case c.Segment.Key == "": // a prune commit has none
-		case errors.Is(err, errRanged):
-			err = v.pullRanged(ctx, c)
-		case err == nil:
-			if err = checkAgainst(c.Segment.Key, f.seg, c); err == nil {
-				err = v.writeFile(v.localSegment(c.Segment.Key), f.seg)
-			}
-		}
-		switch {
-		case c.Segment.Key == "":
-		case errors.Is(err, fence.ErrNotFound):
-			cv.missing = append(cv.missing, c.LSN) // compacted away, or an error found by gone()
-		case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+		if err := cv.pullSegment(ctx, "commit "+key, f, &rep); err != nil {
 			return rep, err
-		case err != nil:
-			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-		default:
-			rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
 		}
 		if err := v.writeCommitFile(c.LSN, c.raw); err != nil {
 			return rep, err
 		}
 		if c.LSN == ckLSN {
-			ckHash = c.Hash()
+			newestKey, newestHash = plan.ckAt[ckLSN], c.Hash()
 		}
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
 	}
@@ -595,12 +617,8 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 		return rep, err
 	}
 	os.Remove(v.localCheckpoint())
-	if ckHash != "" {
-		if root, err := v.store.Get(ctx, ckKey, fence.Range{}); err == nil {
-			if ck, err := decodeCheckpoint(ckKey, root); err == nil && ck.CommitHash == ckHash {
-				v.writeFile(v.localCheckpoint(), root)
-			}
-		}
+	if err := v.pullBase(ctx, newestKey, newestHash, startKey); err != nil {
+		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
 	}
 	v.base, v.tail = nil, nil
 	v.cacheMu.Lock()
@@ -610,4 +628,77 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 	clear(v.leaves)
 	v.leafMu.Unlock()
 	return rep, v.loadLocal()
+}
+
+// pullBase writes the local base: the newest checkpoint (at newest) if the
+// chain confirmed its commit (hash), else the checkpoint the chain starts
+// at (start: a dropped chain has no commit files below it), else none (the
+// commit files from LSN 1 are the base). The base's index nodes are
+// fetched too, so that reads need nothing more from the remote.
+func (v *Volume) pullBase(ctx context.Context, newest, hash, start string) error {
+	if newest != "" {
+		root, err := v.store.Get(ctx, newest, fence.Range{})
+		if err == nil {
+			if ck, err := decodeCheckpoint(newest, root); err == nil && ck.CommitHash == hash {
+				return v.placeBase(ctx, newest, ck, root)
+			}
+		}
+		// A newest checkpoint that does not match the chain is not a base
+		// (verify names it).
+	}
+	if start == "" {
+		return nil
+	}
+	root, err := v.store.Get(ctx, start, fence.Range{})
+	if err != nil {
+		return err
+	}
+	ck, err := decodeCheckpoint(start, root)
+	if err != nil {
+		return err
+	}
+	return v.placeBase(ctx, start, ck, root)
+}
+
+// placeBase fetches the index nodes of checkpoint ck (at key, encoded as
+// root) into their local files, then writes root as the local checkpoint.
+func (v *Volume) placeBase(ctx context.Context, key string, ck *checkpoint, root []byte) error {
+	for ref, err := range v.leafRefs(ctx, ck, nil) {
+		if err == nil {
+			_, err = v.leaf(ctx, ref)
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", key, err)
+		}
+	}
+	return v.writeFile(v.localCheckpoint(), root)
+}
+
+// pullSegment writes the segment f fetched for c into its local file,
+// checked against c (read by ranges into the file when it is large), and
+// counts it. A missing one is noted: fine if a compaction or a prune
+// replaced it, which gone checks at the end. what names the commit or entry.
+func (cv *chainVerifier) pullSegment(ctx context.Context, what string, f verified, rep *VerifyReport) error {
+	v, c, err := cv.v, f.c, f.segErr
+	switch {
+	case c.Segment.Key == "": // a prune commit has none
+		return nil
+	case errors.Is(err, errRanged):
+		err = v.pullRanged(ctx, c)
+	case err == nil:
+		if err = checkAgainst(c.Segment.Key, f.seg, c); err == nil {
+			err = v.writeFile(v.localSegment(c.Segment.Key), f.seg)
+		}
+	}
+	switch {
+	case errors.Is(err, fence.ErrNotFound):
+		cv.missing = append(cv.missing, c.LSN) // compacted away, or an error found by gone()
+	case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
+		return err
+	case err != nil:
+		return fmt.Errorf("pull volume %s: %s: %w", v.name, what, err)
+	default:
+		rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
+	}
+	return nil
 }
