@@ -432,6 +432,24 @@ func TestPull_AfterDrop(t *testing.T) {
 	}
 	wantPages(t, pagesOf(t, reopened), 400)
 
+	// The newest checkpoint's own branch node, corrupt: not a base; the
+	// pull falls back to the start's, and the pages are all there.
+	branches, err := st.List(ctx, "vol/branches/", "", 0)
+	if err != nil || len(branches) == 0 {
+		t.Fatalf("branch nodes: %v %v", branches, err)
+	}
+	node := filepath.Join(remote, filepath.FromSlash(branches[len(branches)-1]))
+	flip(t, node, 10)
+	b, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pull(ctx); err != nil {
+		t.Fatalf("pull with the newest checkpoint's node corrupt: %v", err)
+	}
+	wantPages(t, pagesOf(t, b), 400)
+	flip(t, node, 10)
+
 	// A live packed commit below the chain's start, corrupt.
 	obj := filepath.Join(remote, "vol", "commits", fmt.Sprintf("%020d", 280))
 	flip(t, obj, 100)

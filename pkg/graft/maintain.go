@@ -638,13 +638,15 @@ func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
 func (v *Volume) pullBase(ctx context.Context, newest, hash, start string) error {
 	if newest != "" {
 		root, err := v.store.Get(ctx, newest, fence.Range{})
+		var ck *checkpoint
 		if err == nil {
-			if ck, err := decodeCheckpoint(newest, root); err == nil && ck.CommitHash == hash {
-				return v.placeBase(ctx, newest, ck, root)
-			}
+			ck, err = decodeCheckpoint(newest, root)
 		}
-		// A newest checkpoint that does not match the chain is not a base
-		// (verify names it).
+		if err == nil && ck.CommitHash == hash && v.placeBase(ctx, newest, ck, root) == nil {
+			return nil
+		}
+		// A newest checkpoint that does not match the chain, or one with a
+		// bad node, is not a base (verify names it; reindex repairs it).
 	}
 	if start == "" {
 		return nil
