@@ -398,6 +398,16 @@ func TestExport_KilledAtRandomPoints(t *testing.T) {
 	silt(t, "", env, "archiver", "run", "--stream", "orders", "--stream", "jobs", "--stream", "users", "--keep-last", "5000")
 	want := archiverRead(t, env)
 	target := filepath.Join(dir, "export")
+	// How long a whole export of each stream takes on this machine now (into
+	// a scratch target): the kills land inside that span. A fixed window
+	// once missed every run (CI: 4 runs, none killed, each export done
+	// before its kill).
+	took := map[string]time.Duration{}
+	for _, s := range exportStreams {
+		start := time.Now()
+		silt(t, "", env, "archiver", "export", "--stream", s.name, "--to", "file://"+filepath.Join(dir, "probe"), "--max-file-rows", "700")
+		took[s.name] = time.Since(start)
+	}
 	kills, runs, resumed := 0, 0, 0
 	for _, s := range exportStreams {
 		for attempt := 0; ; attempt++ {
@@ -422,10 +432,10 @@ func TestExport_KilledAtRandomPoints(t *testing.T) {
 				var sum struct{ Resumed int }
 				json.Unmarshal([]byte(out.String()), &sum)
 				resumed += sum.Resumed
-			// A kill at a random point, later with each attempt: a loaded
-			// machine (a start alone can take 300 ms there) still gets a
-			// run through to the end.
-			case <-time.After(time.Duration(20+rand.IntN(250)+40*attempt) * time.Millisecond):
+			// A kill at a random point in the first 5-60% of a whole run, later with
+			// each attempt: a loaded machine (a start alone can take 300 ms
+			// there) still gets a run through to the end.
+			case <-time.After(time.Duration(float64(took[s.name])*(0.05+0.55*rand.Float64())) + time.Duration(40*attempt)*time.Millisecond):
 				cmd.Process.Signal(syscall.SIGKILL)
 				if err := <-done; err == nil {
 					break // it finished before the signal
