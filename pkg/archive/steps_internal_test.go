@@ -1,0 +1,88 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence/s3"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// BenchmarkArchive_Steps times one slice of P3's run step by step (5,000
+// entries, MinIO), each round on a fresh stream and prefix, and reports
+// the medians in ms: a raw XRANGE of the 5,000 entries, the fold (XRANGE
+// in chunks and encoding), the commit, the trim, and a raw create-only PUT
+// of as many bytes as the commit object. It explains P3 (a run is the
+// first fold, then per slice the longer of a fold and a commit, plus a
+// trim), it judges nothing. Needs MinIO from scripts/servers.sh.
+//
+//	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
+func BenchmarkArchive_Steps(b *testing.B) {
+	srv := testserver.S3(b, "minio")
+	bucket := srv.CreateBucket(b)
+	ctx := context.Background()
+	rdb := testserver.Redis(b).Client(b)
+	ks, _ := stream.NewKeyspace("", "steps")
+	fields := make([]stream.Fields, 5000)
+	for i := range fields {
+		fields[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
+	}
+	var xrange, fold, commit, trim, put []float64
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ResetTimer()
+	for round := range b.N {
+		l, _ := stream.NewLog(rdb, ks, fmt.Sprint("s", round), brand.EVT)
+		if _, err := l.AppendBatch(ctx, fields); err != nil {
+			b.Fatal(err)
+		}
+		st, err := s3.Open(ctx, s3.Config{Bucket: bucket, Prefix: fmt.Sprint("r", round), Endpoint: srv.Endpoint,
+			Region: "us-east-1", PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, err := Open(ctx, l, b.TempDir(), st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.SliceEntries = 5000
+		if err := a.checkIdentity(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if n := len(rdb.XRangeN(ctx, l.Key(), "-", "+", 5000).Val()); n != 5000 {
+			b.Fatalf("xrange read %d", n)
+		}
+		t1 := time.Now()
+		f, err := a.fold(ctx, Policy{KeepLast: 1}, state{}, brand.StreamID{MS: 1 << 50}, -1)
+		if err != nil || len(f.pages) != 4999 {
+			b.Fatalf("fold: %d pages, %v", len(f.pages), err)
+		}
+		t2 := time.Now()
+		c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		if _, err := a.trim(ctx, f.next, &Result{}); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		body := make([]byte, c.Segment.Size)
+		if err := st.Create(ctx, fmt.Sprint("raw/", round), body); err != nil {
+			b.Fatal(err)
+		}
+		put = append(put, ms(time.Since(t4)))
+		xrange, fold, commit, trim = append(xrange, ms(t1.Sub(t0))), append(fold, ms(t2.Sub(t1))), append(commit, ms(t3.Sub(t2))), append(trim, ms(t4.Sub(t3)))
+	}
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(xrange), "xrange-ms")
+	b.ReportMetric(median(fold), "fold-ms")
+	b.ReportMetric(median(commit), "commit-ms")
+	b.ReportMetric(median(put), "raw-put-ms")
+	b.ReportMetric(median(trim), "trim-ms")
+}
