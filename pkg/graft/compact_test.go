@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -367,12 +370,12 @@ func packedOnLocal(t *testing.T) (string, *counting, *graft.Volume) {
 	return remote, st, v
 }
 
-// TestPull_AfterDrop: a chain whose old commits were dropped (packed ones
-// below its start still holding live segments) is pulled from the
-// checkpoint the drop left, as verify walks it: every page is then read
-// from local files alone, the local copy verifies, and a corrupt live
-// segment below the start stops the pull naming it.
-func TestPull_AfterDrop(t *testing.T) {
+// droppedChain writes 300 packed commits of a page each, compacts the
+// first 256, drops the old commits, and commits 100 more past a newer
+// checkpoint: a chain that starts at a checkpoint with live packed commits
+// below it. It returns what packedOnLocal does and verify's report.
+func droppedChain(t *testing.T) (string, *counting, *graft.Volume, graft.VerifyReport) {
+	t.Helper()
 	remote, st, v := packedOnLocal(t)
 	ctx := context.Background()
 	commit := func(from, to int) {
@@ -390,11 +393,81 @@ func TestPull_AfterDrop(t *testing.T) {
 	if n, err := v.DropOldCommits(ctx, 0, true, 0); err != nil || n < 256 {
 		t.Fatalf("drop: %d, %v", n, err)
 	}
-	commit(301, 400) // the chain goes on past a newer checkpoint
-	want, err := v.VerifyRemote(ctx)
-	if err != nil || want.ChainStart == 0 || want.Unchained == 0 {
-		t.Fatalf("verify: %+v %v; want a chain starting after a drop", want, err)
+	commit(301, 400)
+	rep, err := v.VerifyRemote(ctx)
+	if err != nil || rep.ChainStart == 0 || rep.Unchained == 0 {
+		t.Fatalf("verify: %+v %v; want a chain starting after a drop", rep, err)
 	}
+	return remote, st, v, rep
+}
+
+// TestRebuildIndex_AfterDrop: reindex of a chain that starts at a
+// checkpoint (old commits dropped) keeps that checkpoint's nodes, checked,
+// and writes the rest anew: a bad node of a later checkpoint is repaired;
+// a bad node of the start's own is an error naming it (the commits that
+// made it are gone).
+func TestRebuildIndex_AfterDrop(t *testing.T) {
+	remote, st, v, rep := droppedChain(t)
+	ctx := context.Background()
+	// The newest branch node, written by a checkpoint above the start
+	// (node keys start with the LSN of the checkpoint that wrote them).
+	branches, err := st.List(ctx, "vol/branches/", "", 0)
+	if err != nil || len(branches) == 0 {
+		t.Fatal(branches, err)
+	}
+	bad := branches[len(branches)-1]
+	if lsn, _ := strconv.ParseUint(strings.SplitN(path.Base(bad), "-", 2)[0], 10, 64); lsn <= rep.ChainStart {
+		t.Fatalf("the newest branch node %s is not above the chain's start %d", bad, rep.ChainStart)
+	}
+	flip(t, filepath.Join(remote, filepath.FromSlash(bad)), 10)
+	cold, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cold.VerifyRemote(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("verify with the newest branch node corrupt: %v", err)
+	}
+	if lsn, err := cold.RebuildIndex(ctx); err != nil || lsn != v.Head() {
+		t.Fatalf("rebuild after a drop: %d, %v; want a checkpoint at the head %d", lsn, err, v.Head())
+	}
+	again, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPages(t, pagesOf(t, again), 400)
+	if after, err := again.VerifyRemote(ctx); err != nil || after.ChainStart != rep.ChainStart {
+		t.Fatalf("verify after the rebuild: %+v %v", after, err)
+	}
+
+	// A branch node the start's root names.
+	root, err := st.Get(ctx, fmt.Sprintf("vol/checkpoints/%020d", uint64(math.MaxUint64)-rep.ChainStart), fence.Range{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := bytes.Cut(root, []byte("\n"))
+	var named struct{ Branches []struct{ Key string } }
+	if err := json.Unmarshal(line, &named); err != nil || len(named.Branches) == 0 {
+		t.Fatalf("the start's root %q: %v", line, err)
+	}
+	start := named.Branches[0].Key
+	flip(t, filepath.Join(remote, filepath.FromSlash(start)), 10)
+	q, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.RebuildIndex(ctx); !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), start) || !strings.Contains(err.Error(), "cannot be rebuilt") {
+		t.Fatalf("rebuild with a node of the start's checkpoint corrupt: %v", err)
+	}
+}
+
+// TestPull_AfterDrop: a chain whose old commits were dropped (packed ones
+// below its start still holding live segments) is pulled from the
+// checkpoint the drop left, as verify walks it: every page is then read
+// from local files alone, the local copy verifies, and a corrupt live
+// segment below the start stops the pull naming it.
+func TestPull_AfterDrop(t *testing.T) {
+	remote, st, v, want := droppedChain(t)
+	ctx := context.Background()
 
 	p, err := graft.Open(ctx, t.TempDir(), "vol", st)
 	if err != nil {

@@ -708,11 +708,7 @@ func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool
 // readChain reads the whole remote commit chain: a volume with no local
 // state and no usable checkpoint. A missing commit is an error naming
 // every missing object and the repairs.
-func (v *Volume) readChain(ctx context.Context) error { return v.readChainFrom(ctx, true) }
-
-// readChainFrom is readChain; without rebase the checkpoints the commits
-// name are not adopted (RebuildIndex distrusts them).
-func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
+func (v *Volume) readChain(ctx context.Context) error {
 	scan, err := v.scanChain(ctx)
 	if err != nil {
 		return fmt.Errorf("refresh volume %s: %w", v.name, err)
@@ -728,7 +724,14 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 			"(repair: `archiver pull` from a data directory that still has them, or `archiver verify` to see what is left)",
 			v.name, ErrMissingCommits, strings.Join(missing, ", "), scan.last)
 	}
-	// Commits are fetched and written locally ahead, 8 at once; linked in order.
+	return v.linkChain(ctx, 1, n, true)
+}
+
+// linkChain fetches the n commits from LSN from, 8 at once, writes each
+// locally and links them in order onto the head (the base when from is
+// above 1). With rebase, the checkpoints the commits name are adopted on
+// the way; RebuildIndex distrusts them.
+func (v *Volume) linkChain(ctx context.Context, from uint64, n int, rebase bool) error {
 	fetch := func(ctx context.Context, key string) (*Commit, error) {
 		lsn, ok := keyLSN(key)
 		if !ok {
@@ -740,7 +743,7 @@ func (v *Volume) readChainFrom(ctx context.Context, rebase bool) error {
 		}
 		return c, v.writeFile(v.localCommit(c.LSN), c.raw)
 	}
-	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, 1, n), ahead{n: verifyAhead}, nil, fetch) {
+	for c, err := range fetchAhead(ctx, v.chainKeys(ctx, from, n), ahead{n: verifyAhead}, nil, fetch) {
 		if err != nil {
 			return err
 		}
