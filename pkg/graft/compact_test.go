@@ -463,8 +463,9 @@ func TestRebuildIndex_AfterDrop(t *testing.T) {
 // TestPull_AfterDrop: a chain whose old commits were dropped (packed ones
 // below its start still holding live segments) is pulled from the
 // checkpoint the drop left, as verify walks it: every page is then read
-// from local files alone, the local copy verifies, and a corrupt live
-// segment below the start stops the pull naming it.
+// from local files alone and the local copy verifies; a newest checkpoint
+// with a bad node is not the base; a corrupt live segment below the start
+// stops the pull naming it.
 func TestPull_AfterDrop(t *testing.T) {
 	remote, st, v, want := droppedChain(t)
 	ctx := context.Background()
