@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/export"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -26,7 +29,15 @@ func archiveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"),
 			Usage: "object store URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true (default: <data-dir>/remote)"},
 		clix.EncryptionKeyFlag(),
+		&cli.DurationFlag{Name: "consistency-wait", EnvVars: clix.EnvVars("CONSISTENCY_WAIT"), Value: archive.DefaultConsistencyWait,
+			Usage: "how long a remote behind Redis's record of the archive is re-read before the command refuses it (exit 4): an eventually consistent store catches up"},
 	}
+}
+
+// archiveOnlyFlag reads an archive without Redis (read, export).
+func archiveOnlyFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "archive-only",
+		Usage: "read the archive alone: no live entries merged, Redis not asked (nothing proves the archive complete or this stream's); for a system whose Redis is gone. The stream's kind is --kind (EVT when not given)"}
 }
 
 // env is what an archiver command works with.
@@ -37,6 +48,10 @@ type env struct {
 	store   fence.Store
 	dataDir string
 	remote  string // the remote's URL without secrets
+	// archiveOnly: read or export the archive without Redis (--archive-only);
+	// rdb is then a client that is never used.
+	archiveOnly     bool
+	consistencyWait time.Duration
 
 	exportTo     fence.Store // archiver run --export-to
 	exportFormat export.Format
@@ -81,8 +96,13 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if err := clix.CheckStoreURL(remote); err != nil {
 		return nil, clix.Usagef("--remote", "%v", err)
 	}
-	rdb, err := clix.OpenRedis(c.Context, c)
-	if err != nil {
+	archiveOnly := c.Bool("archive-only")
+	var rdb redis.UniversalClient
+	if archiveOnly {
+		// Nothing in an archive-only read talks to Redis; a client that
+		// was never given an address fails at once if something did.
+		rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	} else if rdb, err = clix.OpenRedis(c.Context, c); err != nil {
 		return nil, err
 	}
 	mode := fence.ReadOnly
@@ -110,7 +130,8 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		}
 		dataDir, cleanup = tmp, func() { os.RemoveAll(tmp) }
 	}
-	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup}, nil
+	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup,
+		archiveOnly: archiveOnly, consistencyWait: c.Duration("consistency-wait")}, nil
 }
 
 // lookOnly are the commands that read and never need the data directory
@@ -129,9 +150,12 @@ func (e *env) openArchive(ctx context.Context, name, deadGroup string) (*archive
 
 // openArchiveIn opens an archive in keyspace ks.
 func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadGroup string) (*archive.Archive, error) {
-	kind, err := clix.ResolveKind(ctx, e.rdb, clix.Target{Keyspace: ks, Kind: e.target.Kind}, name, false)
-	if err != nil {
-		return nil, err
+	kind := cmp.Or(e.target.Kind, brand.EVT)
+	if !e.archiveOnly {
+		var err error
+		if kind, err = clix.ResolveKind(ctx, e.rdb, clix.Target{Keyspace: ks, Kind: e.target.Kind}, name, false); err != nil {
+			return nil, err
+		}
 	}
 	l, err := stream.NewLog(e.rdb, ks, name, kind)
 	if err != nil {
@@ -142,5 +166,14 @@ func (e *env) openArchiveIn(ctx context.Context, ks stream.Keyspace, name, deadG
 			return nil, err
 		}
 	}
-	return archive.OpenWith(ctx, l, e.dataDir, e.store, archive.OpenOptions{Warn: func(msg string) { e.log.Warn(msg) }})
+	a, err := archive.OpenWith(ctx, l, e.dataDir, e.store, archive.OpenOptions{Warn: func(msg string) { e.log.Warn(msg) }})
+	if err != nil {
+		return nil, err
+	}
+	a.ConsistencyWait, a.ArchiveOnly = e.consistencyWait, e.archiveOnly
+	if e.archiveOnly {
+		e.log.Warn("archive only: the live stream is not merged and Redis is not asked, so nothing proves this archive complete or this stream's",
+			"volume", a.Volume().Name(), "remote", e.remote)
+	}
+	return a, nil
 }

@@ -21,7 +21,7 @@ func exportCommand() *cli.Command {
 		Usage: "write the stream's merged history as Parquet or JSON lines files under Hive partitions (stream=/date=/hour=), incrementally",
 		Description: "Each run exports what the target does not hold yet (a manifest chain under _silt/export/ records what it covers)\n" +
 			"and resumes a killed run. DuckDB: SELECT * FROM read_parquet('<dir>/stream=*/*/*/*.parquet', hive_partitioning=true).",
-		Flags: append(append(clix.CommonFlags(), archiveFlags()...),
+		Flags: append(append(clix.CommonFlags(), archiveFlags()...), archiveOnlyFlag(),
 			&cli.StringFlag{Name: "to", Usage: "export target: file:///abs/dir or s3://bucket/prefix?... (the --remote forms; written in plain text)"},
 			&cli.StringFlag{Name: "format", Value: string(export.Parquet), Usage: "parquet (zstd) or jsonl; one format per target"},
 			&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},

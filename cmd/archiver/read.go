@@ -24,7 +24,7 @@ func readCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "read",
 		Usage: "print the stream's whole history (archive and live merged) by id range or time window",
-		Flags: append(append(clix.CommonFlags(), archiveFlags()...),
+		Flags: append(append(clix.CommonFlags(), archiveFlags()...), archiveOnlyFlag(),
 			&cli.StringFlag{Name: "from", Value: "-", Usage: "first id, inclusive: -, a branded id or <ms>-<seq>"},
 			&cli.StringFlag{Name: "to", Value: "+", Usage: "last id, inclusive: +, a branded id or <ms>-<seq>"},
 			&cli.StringFlag{Name: "since", Usage: "entries minted at or after TIME (RFC 3339, Unix ms, or a duration ago: 36h)"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/silt-dev/silt/pkg/archive"
 )
 
 // Run runs app with args and returns the exit code: ExitUsage for flag and
@@ -37,6 +39,9 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	}
 	if errors.Is(err, ErrInterrupted) {
 		return ExitInterrupted
+	}
+	if errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) {
+		return ExitUnproven
 	}
 	// urfave/cli returns an ExitCoder only for its own usage errors, such as
 	// an unknown command; our actions never do.

@@ -26,6 +26,10 @@ const (
 	ExitFailure     = 1
 	ExitUsage       = 2
 	ExitInterrupted = 3 // stopped by SIGTERM or SIGINT before the work was done
+	// ExitUnproven: the archive on the remote could not be proven against
+	// Redis's record (archive.ErrNotThisArchive, archive.ErrRemoteBehind);
+	// nothing was committed, trimmed or read.
+	ExitUnproven = 4
 )
 
 // ErrInterrupted is wrapped by a command's error when a signal stopped it

@@ -55,10 +55,20 @@ type Archive struct {
 	// the archive's first commit, or an archive from before records were
 	// kept). Without it such a run refuses to trim or commit.
 	Adopt bool
+	// ConsistencyWait is how long a remote behind Redis's record is
+	// refreshed before it is refused (DefaultConsistencyWait).
+	ConsistencyWait time.Duration
+	// ArchiveOnly reads the archive alone, without Redis's record (an
+	// auditor's copy of a system whose Redis is gone): CheckRemote passes
+	// and nothing is proven. Never set it on a run.
+	ArchiveOnly bool
 
 	log      *stream.Log
 	vol      *graft.Volume
-	identity string // the archive's identity, settled by checkIdentity
+	warn     func(msg string)
+	identity string         // the archive's identity, settled by checkIdentity or CheckRemote
+	proven   brand.StreamID // the highest watermark proven against Redis's record: trims stop there
+	anchor   uint64         // the LSN of the commit proven last
 }
 
 var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")
@@ -99,7 +109,8 @@ func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.
 	if err != nil {
 		return nil, err
 	}
-	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, log: log, vol: vol}
+	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, ConsistencyWait: DefaultConsistencyWait,
+		log: log, vol: vol, warn: opt.Warn}
 	vol.Failpoint = a.failpoint
 	return a, nil
 }

@@ -64,8 +64,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if st, err = stateOf(a.vol.Latest()); err != nil {
 		return res, err
 	}
-	// A crash between commit and trim leaves archived entries live: trim them.
-	if _, err := a.trim(ctx, st, &res); err != nil {
+	// A crash between commit and trim leaves archived entries live: trim
+	// them, up to what the proof reached.
+	if _, err := a.trim(ctx, &res); err != nil {
 		return res, err
 	}
 	// One run archives up to the stream's top as it is now; what producers
@@ -116,7 +117,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		}
 		won := next == f.next
 		st = next
-		trimmed, err := a.trim(ctx, st, &res)
+		trimmed, err := a.trim(ctx, &res)
 		if err != nil {
 			return res, err
 		}
@@ -148,7 +149,7 @@ func (a *Archive) compact(ctx context.Context, res *Result) error {
 	if c.Segments > 0 {
 		res.Compacted, res.LSN = &c, a.vol.Head()
 	}
-	return nil
+	return a.recordHead(ctx)
 }
 
 // prune drops the archived segments whose entries are all older than
@@ -193,13 +194,18 @@ func (a *Archive) prune(ctx context.Context, res *Result) error {
 		return fmt.Errorf("archive %s: history retention: %w", a.log.Key(), err)
 	}
 	res.Pruned = n
-	return nil
+	return a.recordHead(ctx)
 }
 
 // Compact merges small segments of the archive (see graft.Volume.Compact):
-// `archiver compact`.
+// `archiver compact`. After CheckRemote, the compaction's commit is
+// recorded in Redis as the anchor.
 func (a *Archive) Compact(ctx context.Context, opt graft.CompactOptions) (graft.CompactResult, error) {
-	return a.vol.Compact(ctx, opt)
+	c, err := a.vol.Compact(ctx, opt)
+	if err != nil {
+		return c, err
+	}
+	return c, a.recordHead(ctx)
 }
 
 // readChunk is how many entries one XRANGE of a fold asks for. A slice is
@@ -345,7 +351,10 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 		return st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
 	a.failpoint(failpoint.AfterCommit)
-	if err := a.record(ctx, c.LSN, f.next.W); err != nil {
+	if err := a.readBack(ctx, c); err != nil {
+		return st, err
+	}
+	if err := a.record(ctx, c, f.next.W); err != nil {
 		return st, err
 	}
 	res.Archived += int64(len(f.pages))
@@ -356,16 +365,18 @@ func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (
 	return f.next, nil
 }
 
-// trim removes live entries at or below the committed watermark, never
-// above, and returns how many it removed.
-func (a *Archive) trim(ctx context.Context, st state, res *Result) (int64, error) {
-	if st.W.IsZero() {
+// trim removes live entries at or below the proven watermark (a commit
+// read back from the remote and recorded in Redis), never above, and
+// returns how many it removed.
+func (a *Archive) trim(ctx context.Context, res *Result) (int64, error) {
+	w := a.proven
+	if w.IsZero() {
 		return 0, nil
 	}
-	if err := a.provenTrim(ctx, st.W); err != nil {
+	if err := a.provenTrim(ctx, w); err != nil {
 		return 0, err
 	}
-	min, _ := st.W.Next()
+	min, _ := w.Next()
 	if negativeTrim {
 		min, _ = min.Next() // the negative control: one entry above W goes too
 	}
@@ -374,7 +385,7 @@ func (a *Archive) trim(ctx context.Context, st state, res *Result) (int64, error
 		return 0, err
 	}
 	res.Trimmed += n
-	res.W = st.W.String()
+	res.W = w.String()
 	res.LSN = a.vol.Head()
 	a.failpoint(failpoint.AfterTrim)
 	return n, nil

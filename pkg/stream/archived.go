@@ -9,17 +9,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ArchiveRecord is what Redis keeps of a stream's archive: the archiver
-// writes it before the archive's first commit and after each one, so that
-// a remote holding someone else's history (another Redis's stream of the
-// same name under a shared prefix, a forged commit) cannot pass for this
-// stream's archive. pkg/archive refuses to trim when the two disagree.
+// ArchiveRecord is what Redis keeps of a stream's archive, the anchor of
+// its proof: the archiver writes it before the archive's first commit and
+// after each one, so that a remote holding someone else's history (another
+// Redis's stream of the same name under a shared prefix, a forged commit)
+// or less history than was committed (a rolled-back or lagging bucket)
+// cannot pass for this stream's archive. The record only moves forward
+// (RecordArchive). pkg/archive refuses to commit, trim or read when the
+// remote does not reach it.
 type ArchiveRecord struct {
-	Identity string // chosen at the first commit; every commit carries it
+	Identity string // chosen at the first commit (or an adoption); commits above the anchor carry it
 	Volume   string // the archive's volume name
 	Remote   string // where it was written, without secrets
 	LSN      uint64 // the last commit recorded here (0: the first is under way)
 	W        string // its watermark
+	Hash     string // its chain hash (graft.Commit.Hash); "" in records of older builds
+	// AdoptedFrom is the identity the archive had before this Redis
+	// adopted it ("" when it never was).
+	AdoptedFrom string
 }
 
 // ArchiveRecord returns what Redis records of this log's archive; ok is
@@ -34,7 +41,7 @@ func (l *Log) ArchiveRecord(ctx context.Context) (rec ArchiveRecord, ok bool, er
 	if len(m) == 0 {
 		return rec, false, nil
 	}
-	rec = ArchiveRecord{Identity: m["identity"], Volume: m["volume"], Remote: m["remote"], W: m["w"]}
+	rec = ArchiveRecord{Identity: m["identity"], Volume: m["volume"], Remote: m["remote"], W: m["w"], Hash: m["hash"], AdoptedFrom: m["adopted_from"]}
 	if rec.LSN, err = strconv.ParseUint(m["lsn"], 10, 64); err != nil || rec.Identity == "" {
 		return rec, false, fmt.Errorf("archive record %s: identity %q, lsn %q: not a record silt wrote", key, m["identity"], m["lsn"])
 	}
@@ -47,28 +54,66 @@ func (l *Log) ArchiveRecord(ctx context.Context) (rec ArchiveRecord, ok bool, er
 var ErrRecordLost = errors.New("Redis lost the archive's record during the run (restarted without persistence, flushed or restored?)")
 
 // recordScript updates the archive record only while it holds the same
-// identity: a write after a flush must not make an emptied Redis look as
-// if it had always recorded the archive.
+// identity (a write after a flush must not make an emptied Redis look as
+// if it had always recorded the archive) and only forward: an LSN below
+// the one recorded is refused (a crash between a commit and its record
+// leaves the remote ahead of Redis, never behind; two archivers racing
+// each record their own commit, the newer stays).
 //
-// KEYS: record. ARGV: identity, volume, remote, lsn, w.
+// KEYS: record. ARGV: identity, volume, remote, lsn, w, hash.
 var recordScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'identity') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'volume', ARGV[2], 'remote', ARGV[3], 'lsn', ARGV[4], 'w', ARGV[5])
+if tonumber(redis.call('HGET', KEYS[1], 'lsn') or '0') > tonumber(ARGV[4]) then return 2 end
+redis.call('HSET', KEYS[1], 'volume', ARGV[2], 'remote', ARGV[3], 'lsn', ARGV[4], 'w', ARGV[5], 'hash', ARGV[6])
 return 1
 `)
 
-// RecordArchive updates this log's archive record to rec (its LSN and W
-// after a commit). The record must exist under rec.Identity (see
-// ClaimArchiveIdentity); else it returns ErrRecordLost and writes nothing.
-func (l *Log) RecordArchive(ctx context.Context, rec ArchiveRecord) error {
+// RecordArchive moves this log's archive record forward to rec (the LSN,
+// W and hash of a commit read back from the remote). The record must exist
+// under rec.Identity (see ClaimArchiveIdentity); else it returns
+// ErrRecordLost and writes nothing. A record already above rec.LSN stays
+// as it is (newer reports that), and that is no error: a peer recorded a
+// later commit of the same chain.
+func (l *Log) RecordArchive(ctx context.Context, rec ArchiveRecord) (newer bool, err error) {
 	key := l.ks.Archived(l.name, l.deadGroup)
 	n, err := recordScript.Run(ctx, l.rdb, []string{key}, rec.Identity, rec.Volume, rec.Remote,
-		strconv.FormatUint(rec.LSN, 10), rec.W).Int()
+		strconv.FormatUint(rec.LSN, 10), rec.W, rec.Hash).Int()
+	if err != nil {
+		return false, fmt.Errorf("archive record %s: %w", key, err)
+	}
+	if n == 0 {
+		return false, fmt.Errorf("archive record %s: %w", key, ErrRecordLost)
+	}
+	return n == 2, nil
+}
+
+// adoptScript records an adopted archive under a new identity, only when
+// Redis holds no record of the stream's archive (an adoption never
+// replaces a record: that would undo the proof).
+//
+// KEYS: record. ARGV: identity, volume, remote, lsn, w, hash, adopted_from.
+var adoptScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'identity', ARGV[1], 'volume', ARGV[2], 'remote', ARGV[3], 'lsn', ARGV[4], 'w', ARGV[5], 'hash', ARGV[6], 'adopted_from', ARGV[7])
+return 1
+`)
+
+// ErrRecorded is returned by AdoptArchive when Redis holds a record of
+// the stream's archive already.
+var ErrRecorded = errors.New("Redis holds a record of this stream's archive already")
+
+// AdoptArchive records rec (an archive found on a remote, with a new
+// identity) as this stream's, when nothing is recorded yet; else it
+// returns ErrRecorded and writes nothing.
+func (l *Log) AdoptArchive(ctx context.Context, rec ArchiveRecord) error {
+	key := l.ks.Archived(l.name, l.deadGroup)
+	n, err := adoptScript.Run(ctx, l.rdb, []string{key}, rec.Identity, rec.Volume, rec.Remote,
+		strconv.FormatUint(rec.LSN, 10), rec.W, rec.Hash, rec.AdoptedFrom).Int()
 	if err != nil {
 		return fmt.Errorf("archive record %s: %w", key, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("archive record %s: %w", key, ErrRecordLost)
+		return fmt.Errorf("archive record %s: %w", key, ErrRecorded)
 	}
 	return nil
 }

@@ -1,0 +1,75 @@
+package graft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/silt-dev/silt/pkg/fence"
+)
+
+// A caller that keeps its own record of a volume's commits (an anchor: an
+// LSN and the commit's hash, held by the system the volume archives) proves
+// the remote against it with CommitAt and ReadBack: the remote's chain must
+// reach the anchor, and hold there the very commit recorded.
+
+// ErrUnreachable is wrapped by CommitAt when the chain from the head cannot
+// be followed down to the LSN asked for (a commit object missing below the
+// base checkpoint, or too far below it).
+var ErrUnreachable = errors.New("the commit chain does not reach this LSN")
+
+// anchorWalk bounds how many commit objects below the base checkpoint
+// CommitAt reads to reach an LSN: a writer records each commit it makes,
+// so the anchor sits within a checkpoint interval or two of the head.
+const anchorWalk = 4 * CheckpointEvery
+
+// CommitAt returns the commit at lsn as this volume's chain holds it: from
+// memory when lsn is at or above the base checkpoint (its Meta holds only
+// Options.KeepMeta below the head), else read back from the remote commit
+// by commit, each linked by hash to the one above, down from the base.
+// An lsn above the head is ErrNotFound; a chain that cannot be followed
+// there is ErrUnreachable, or ErrCorrupt when a link does not match.
+func (v *Volume) CommitAt(ctx context.Context, lsn uint64) (*Commit, error) {
+	v.mu.Lock()
+	if c := v.commitAt(lsn); c != nil {
+		v.mu.Unlock()
+		return c, nil
+	}
+	base, head := v.base, v.headLSN()
+	v.mu.Unlock()
+	switch {
+	case lsn == 0 || lsn > head:
+		return nil, fmt.Errorf("volume %s: commit %d: %w (the head is %d)", v.name, lsn, fence.ErrNotFound, head)
+	case base == nil || base.commit == nil:
+		return nil, fmt.Errorf("volume %s: commit %d: %w", v.name, lsn, ErrUnreachable)
+	case base.LSN-lsn > anchorWalk:
+		return nil, fmt.Errorf("volume %s: commit %d is %d commits below the base checkpoint %d: %w",
+			v.name, lsn, base.LSN-lsn, base.LSN, ErrUnreachable)
+	}
+	want := base.commit.Prev
+	for at := base.LSN - 1; ; at-- {
+		c, err := v.getCommit(ctx, at)
+		if errors.Is(err, fence.ErrNotFound) {
+			return nil, fmt.Errorf("volume %s: commit %d is missing below checkpoint %d (dropped by gc --drop-old-commits?): %w",
+				v.name, at, base.LSN, ErrUnreachable)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.LSN != at || c.Hash() != want {
+			return nil, fmt.Errorf("volume %s: commit %d (hash %.12s) is not the one commit %d chains to (%.12s): %w",
+				v.name, at, c.Hash(), at+1, want, ErrCorrupt)
+		}
+		if at == lsn {
+			return c, nil
+		}
+		want = c.Prev
+	}
+}
+
+// ReadBack reads the commit at lsn from the remote itself, whatever this
+// volume holds in memory or on local disk: what a reader of the remote
+// would get now.
+func (v *Volume) ReadBack(ctx context.Context, lsn uint64) (*Commit, error) {
+	return v.getCommit(ctx, lsn)
+}
