@@ -107,10 +107,14 @@ func b2f(b bool) float64 {
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "check the hash chain and every checksum, remote and local; names the first bad object",
+		Usage: "check the hash chain, every checksum and every watermark, remote and local, and the remote against Redis's record; names the first bad object",
 		Flags: withArchive(),
 		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			remote, err := a.Volume().VerifyRemote(c.Context)
+			if err != nil {
+				return fmt.Errorf("remote: %w", err)
+			}
+			marks, err := a.VerifyWatermarks(c.Context)
 			if err != nil {
 				return fmt.Errorf("remote: %w", err)
 			}
@@ -118,7 +122,12 @@ func verifyCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("local: %w (repair with: archiver pull)", err)
 			}
-			b, _ := json.Marshal(map[string]any{"remote": remote, "local": local, "ok": true})
+			out := map[string]any{"remote": remote, "watermarks": marks, "local": local, "ok": true}
+			// The remote was proven against Redis's record when it was opened.
+			if rec, ok, err := a.Log().ArchiveRecord(c.Context); err == nil && ok {
+				out["anchor"] = map[string]any{"lsn": rec.LSN, "w": rec.W, "hash": rec.Hash}
+			}
+			b, _ := json.Marshal(out)
 			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 			return err
 		}),
@@ -205,6 +214,11 @@ func gcCommand() *cli.Command {
 			}
 			dropped := 0
 			if c.Bool("drop-old-commits") {
+				// The commit Redis's record names must stay: move the record
+				// up to the head first.
+				if err := a.ProveHead(c.Context); err != nil {
+					return err
+				}
 				if dropped, err = a.Volume().DropOldCommits(c.Context, c.Duration("grace"), c.Bool("force"), 0); err != nil {
 					return err
 				}

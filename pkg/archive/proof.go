@@ -178,8 +178,7 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 // proveHead settles the watermark a run may trim to before its own
 // commits: the anchor's, or, when the remote is ahead of the record (a
 // crash between a commit and its record, or compaction since), the head's
-// once the newest commit of pages above the anchor is shown to end at the
-// record its watermark names; the record then moves up to the head.
+// once proveAbove accepts it; the record then moves up to the head.
 func (a *Archive) proveHead(ctx context.Context, rec stream.ArchiveRecord) error {
 	head := a.vol.Latest()
 	if head == nil || head.LSN == rec.LSN {
@@ -187,36 +186,65 @@ func (a *Archive) proveHead(ctx context.Context, rec stream.ArchiveRecord) error
 		a.proven, a.anchor = w, rec.LSN
 		return err
 	}
-	st, err := stateOf(head)
+	w, err := a.proveAbove(ctx, rec)
 	if err != nil {
 		return err
 	}
+	return a.record(ctx, head, w)
+}
+
+// ProveHead proves the remote as a run would and moves Redis's record up to
+// the remote's head: archiver gc does it before it drops old commits, so
+// that the commit the record names is never among them.
+func (a *Archive) ProveHead(ctx context.Context) error {
+	if noProof {
+		return nil
+	}
+	rec, recorded, err := a.prove(ctx)
+	if err != nil || !recorded {
+		return err
+	}
+	a.identity = rec.Identity
+	return a.proveHead(ctx, rec)
+}
+
+// proveAbove checks the commits above the anchor, which no record names
+// yet: the newest that wrote pages must end at the record its watermark
+// names, and the head's watermark must be that one, at or above the
+// anchor's. It returns the head's watermark. (Their chain to the anchor
+// was checked as the volume linked them.)
+func (a *Archive) proveAbove(ctx context.Context, rec stream.ArchiveRecord) (brand.StreamID, error) {
+	head := a.vol.Latest()
+	st, err := stateOf(head)
+	if err != nil {
+		return st.W, err
+	}
 	recW, err := parseW(rec.W)
 	if err != nil {
-		return err
+		return st.W, fmt.Errorf("archive record of %s: W %q: %w", a.log.Key(), rec.W, err)
 	}
 	for lsn := head.LSN; lsn > rec.LSN; lsn-- {
 		c, err := a.vol.CommitAt(ctx, lsn)
 		if err != nil {
-			return err
+			return st.W, err
 		}
 		if c.Replaces != nil || c.PruneBelow > 0 || len(c.Ranges) == 0 {
 			continue
 		}
 		if err := a.checkLastRecord(ctx, c); err != nil {
-			return err
+			return st.W, err
 		}
-		if c.Meta[metaW] != st.W.String() || st.W.Compare(recW) <= 0 {
-			return fmt.Errorf("%s: the remote's head %d says W %s, its newest commit of pages %d ends at %s, Redis recorded W %s at %d: %w; nothing committed or trimmed",
-				a.log.Key(), head.LSN, st.W, c.LSN, c.Meta[metaW], rec.W, rec.LSN, ErrNotThisArchive)
+		if c.Meta[metaW] != st.W.String() {
+			return st.W, fmt.Errorf("%s: the remote's head %d says W %s, its newest commit of pages %d ends at %s: %w; nothing committed or trimmed",
+				a.log.Key(), head.LSN, st.W, c.LSN, c.Meta[metaW], ErrNotThisArchive)
 		}
 		break
 	}
 	if st.W.Compare(recW) < 0 {
-		return fmt.Errorf("%s: the remote's head %d says W %s, below the W %s Redis recorded at %d: %w; nothing committed or trimmed",
+		return st.W, fmt.Errorf("%s: the remote's head %d says W %s, below the W %s Redis recorded at %d: %w; nothing committed or trimmed",
 			a.log.Key(), head.LSN, st.W, rec.W, rec.LSN, ErrNotThisArchive)
 	}
-	return a.record(ctx, head, st.W)
+	return st.W, nil
 }
 
 // checkLastRecord checks that commit c's watermark is the stream id of the
@@ -391,7 +419,13 @@ func (a *Archive) CheckRemote(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if latest := a.vol.Latest(); !recorded && latest != nil {
+	latest := a.vol.Latest()
+	if recorded && latest != nil && latest.LSN > rec.LSN {
+		if _, err := a.proveAbove(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if !recorded && latest != nil {
 		return fmt.Errorf("%s: this remote's volume %s holds an archive (%d commits, W %s, identity %q) that this Redis never recorded: "+
 			"another Redis's stream of the same name (a shared prefix), or this Redis was restarted empty or restored: %w "+
 			"(read it alone with --archive-only; adopt it with archiver run --adopt-remote only if it is this stream's history)",
