@@ -73,7 +73,9 @@ func loop(t *testing.T, env []string, bin string, args ...string) *looper {
 				l.mu.Lock()
 				l.lastErr = errOut.String()
 				l.mu.Unlock()
-				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Contains(errOut.String(), "panic") {
+				// 1: a failure; 4: the archive refused as unproven (Redis
+				// came back empty and no longer records it).
+				if ee, ok := err.(*exec.ExitError); !ok || (ee.ExitCode() != 1 && ee.ExitCode() != 4) || strings.Contains(errOut.String(), "panic") {
 					t.Errorf("%s %v: %v\n%s", bin, args, err, errOut.String())
 				}
 			}
@@ -168,6 +170,11 @@ func TestFaults_RedisRestart(t *testing.T) {
 			t.Logf("archiver status after the restarts: %v %s%s", err, status, errOut)
 
 			if !tc.durable {
+				// Nor does status report on an archive this Redis no
+				// longer records.
+				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 4 || !strings.Contains(errOut, "never recorded") {
+					t.Fatalf("archiver status of the emptied Redis's remote: %v\n%s%s", err, status, errOut)
+				}
 				// A Redis that came back empty holds none of the archive's
 				// record: the archiver refuses to trim by the old watermark
 				// until an operator adopts the remote as this stream's.
@@ -179,6 +186,8 @@ func TestFaults_RedisRestart(t *testing.T) {
 				if _, errOut, err := runArchiver(env, "run", "--stream", "events", "--keep-last", "20", "--adopt-remote"); err != nil {
 					t.Fatalf("archiver run --adopt-remote: %v\n%s", err, errOut)
 				}
+				status, errOut, err = runArchiver(env, "status")
+				t.Logf("archiver status after the adoption: %v %s%s", err, status, errOut)
 			}
 			silt(t, "", env, "worker", append(workerArgs("final", rec), "--min-idle", "1ms")...)
 			handledH := newHistory(h.appended)

@@ -114,6 +114,20 @@ type streamResult struct {
 	// Export is what --export-to wrote after the stream's commits.
 	Export *export.Result `json:"export,omitempty"`
 	Error  string         `json:"error,omitempty"`
+	// Unproven: the remote's archive could not be proven against Redis's
+	// record; nothing was committed or trimmed (exit 4).
+	Unproven bool `json:"unproven,omitempty"`
+}
+
+// fail records err as the stream's error.
+func (r *streamResult) fail(err error) {
+	r.Error = err.Error()
+	r.Unproven = r.Unproven || unproven(err)
+}
+
+// unproven reports whether err refused the remote's archive as unproven.
+func unproven(err error) bool {
+	return errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) || errors.Is(err, graft.ErrForeignRemote)
 }
 
 func runAction(c *cli.Context) error {
@@ -179,7 +193,7 @@ func runAction(c *cli.Context) error {
 		e.log.Warn("archiving into the embedded local default remote " + e.remote + ": what is trimmed then lives on this disk only; give --remote s3://... for durable storage")
 	}
 	for {
-		failed, err := runOnce(c, e, p)
+		failed, unproven, err := runOnce(c, e, p)
 		if err != nil {
 			return err
 		}
@@ -187,6 +201,9 @@ func runAction(c *cli.Context) error {
 			return fmt.Errorf("%w by a signal during a pass (see the summary: interrupted)", clix.ErrInterrupted)
 		}
 		if !c.Bool("loop") {
+			if unproven > 0 {
+				return fmt.Errorf("%d stream(s) failed, %d of them refused: %w (see the summary)", failed, unproven, archive.ErrNotThisArchive)
+			}
 			if failed > 0 {
 				return fmt.Errorf("%d stream(s) failed; see the summary", failed)
 			}
@@ -201,11 +218,12 @@ func runAction(c *cli.Context) error {
 }
 
 // runOnce archives every target once, with bounded concurrency, and prints
-// one JSON summary line. It returns how many streams failed.
-func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
+// one JSON summary line. It returns how many streams failed, and how many
+// of them because their archive could not be proven.
+func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, err error) {
 	targets, err := findTargets(c, e)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	results := make([]streamResult, len(targets))
 	sem := make(chan struct{}, c.Int("concurrency"))
@@ -222,8 +240,10 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
 	}
 	wg.Wait()
 	bar.done()
-	failed := 0
 	for _, r := range results {
+		if r.Unproven {
+			unproven++
+		}
 		if r.Error != "" {
 			failed++
 			e.log.Error("archive failed", "stream", r.Stream, "error", r.Error)
@@ -236,14 +256,14 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (int, error) {
 		Time        time.Time      `json:"time"`
 	}{results, failed, c.Context.Err() != nil, time.Now().UTC()})
 	fmt.Fprintf(c.App.Writer, "%s\n", line)
-	return failed, nil
+	return failed, unproven, nil
 }
 
 func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progress) streamResult {
 	r := streamResult{Queue: t.Queue, Stream: t.Stream, Group: t.Dead, Policy: "flags"}
 	ks, err := stream.NewKeyspace(e.target.Keyspace.Prefix, t.Queue)
 	if err != nil {
-		r.Error = err.Error()
+		r.fail(err)
 		return r
 	}
 	// The stream's declared policy (dead letters declare none): applied
@@ -254,7 +274,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	declared := false
 	if t.Dead == "" {
 		if d, declared, err = archive.DeclaredPolicy(c.Context, e.rdb, ks, t.Stream); err != nil {
-			r.Error = err.Error()
+			r.fail(err)
 			return r
 		}
 	}
@@ -273,7 +293,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	case declared && !d.Archive:
 		r.Policy = "declared, trim only"
 		if r.Trimmed, err = e.trimOnly(c.Context, ks, t.Stream, d); err != nil {
-			r.Error = err.Error()
+			r.fail(err)
 		}
 		_, final := e.metrics.progress(streamAttrs(t.Queue, t.Stream, t.Dead))
 		final(r.Result)
@@ -283,7 +303,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	}
 	a, err := e.openArchiveIn(c.Context, ks, t.Stream, t.Dead)
 	if err != nil {
-		r.Error = err.Error()
+		r.fail(err)
 		return r
 	}
 	a.SliceEntries, a.SliceBytes, a.Exact = c.Int64("slice-entries"), c.Int64("slice-bytes"), c.Bool("exact")
@@ -292,7 +312,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	a.NoCompact = c.Bool("no-compact")
 	a.HistoryKeepFor = c.Duration("archive-keep-for")
 	if a.Failpoint, err = clix.FailpointFromEnv(); err != nil {
-		r.Error = err.Error()
+		r.fail(err)
 		return r
 	}
 	a.RemoteName, a.Adopt = e.remote, c.Bool("adopt-remote")
@@ -313,12 +333,14 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 		r.Result, err = a.Run(c.Context, p, progress)
 	}
 	final(r.Result)
-	e.metrics.after(c.Context, a, applied, attrs)
+	if !unproven(err) { // an unproven remote's watermark says nothing
+		e.metrics.after(c.Context, a, applied, attrs)
+	}
 	if errors.Is(err, stream.ErrOversized) { // the library's limit is this command's flag
 		err = fmt.Errorf("%w (raise --max-entry-bytes, or remove the entry)", err)
 	}
 	if err != nil && c.Context.Err() == nil {
-		r.Error = err.Error()
+		r.fail(err)
 	}
 	if err == nil && e.exportTo != nil && r.W != "" {
 		r.Export, r.Error = e.exportArchived(c.Context, a, r.W)

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/graft"
 )
 
 // Run runs app with args and returns the exit code: ExitUsage for flag and
@@ -40,7 +41,7 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	if errors.Is(err, ErrInterrupted) {
 		return ExitInterrupted
 	}
-	if errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) {
+	if errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) || errors.Is(err, graft.ErrForeignRemote) {
 		return ExitUnproven
 	}
 	// urfave/cli returns an ExitCoder only for its own usage errors, such as

@@ -61,13 +61,26 @@ func (a *Archive) prove(ctx context.Context) (rec stream.ArchiveRecord, recorded
 	}
 	if rec.LSN > 0 {
 		if err := a.matchAnchor(ctx, rec); err != nil {
-			return rec, true, err
+			return rec, true, a.refuse(err)
 		}
 	}
 	if c := a.vol.Latest(); c != nil && c.LSN > rec.LSN && c.Meta[metaIdentity] != rec.Identity {
-		return rec, true, a.foreignHead(rec, c)
+		return rec, true, a.refuse(a.foreignHead(rec, c))
 	}
 	return rec, true, nil
+}
+
+// refuse returns err, a refusal of commits the volume read from the
+// remote; their local copies are forgotten (graft.Volume.ForgetLocal), so
+// that once the remote is repaired the data directory does not hold the
+// refused commit as if it were the remote's.
+func (a *Archive) refuse(err error) error {
+	if errors.Is(err, ErrNotThisArchive) && !errors.Is(err, ErrRemoteBehind) {
+		if ferr := a.vol.ForgetLocal(); ferr != nil {
+			a.warnf("%v", ferr)
+		}
+	}
+	return err
 }
 
 // reach refreshes the volume until its head is at or above the record's
@@ -166,10 +179,10 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 		a.identity = rec.Identity
 		return a.proveHead(ctx, rec)
 	case latest != nil && !a.Adopt:
-		return fmt.Errorf("archive %s: the remote's volume %s holds an archive (LSN %d, W %s) that this Redis never recorded: another Redis's stream of the same name (a shared prefix), or this Redis was restored or flushed; %w; nothing trimmed (adopt it only if it is this stream's history)",
-			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], ErrNotThisArchive)
+		return a.refuse(fmt.Errorf("archive %s: the remote's volume %s holds an archive (LSN %d, W %s) that this Redis never recorded: another Redis's stream of the same name (a shared prefix), or this Redis was restored or flushed; %w; nothing trimmed (adopt it only if it is this stream's history)",
+			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], ErrNotThisArchive))
 	case latest != nil:
-		return a.adopt(ctx, latest)
+		return a.refuse(a.adopt(ctx, latest))
 	}
 	a.identity, err = a.log.ClaimArchiveIdentity(ctx, newIdentity(), a.vol.Name(), a.RemoteName)
 	return err
@@ -188,7 +201,7 @@ func (a *Archive) proveHead(ctx context.Context, rec stream.ArchiveRecord) error
 	}
 	w, err := a.proveAbove(ctx, rec)
 	if err != nil {
-		return err
+		return a.refuse(err)
 	}
 	return a.record(ctx, head, w)
 }
@@ -422,14 +435,14 @@ func (a *Archive) CheckRemote(ctx context.Context) error {
 	latest := a.vol.Latest()
 	if recorded && latest != nil && latest.LSN > rec.LSN {
 		if _, err := a.proveAbove(ctx, rec); err != nil {
-			return err
+			return a.refuse(err)
 		}
 	}
 	if !recorded && latest != nil {
-		return fmt.Errorf("%s: this remote's volume %s holds an archive (%d commits, W %s, identity %q) that this Redis never recorded: "+
+		return a.refuse(fmt.Errorf("%s: this remote's volume %s holds an archive (%d commits, W %s, identity %q) that this Redis never recorded: "+
 			"another Redis's stream of the same name (a shared prefix), or this Redis was restarted empty or restored: %w "+
 			"(read it alone with --archive-only; adopt it with archiver run --adopt-remote only if it is this stream's history)",
-			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], latest.Meta[metaIdentity], ErrNotThisArchive)
+			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], latest.Meta[metaIdentity], ErrNotThisArchive))
 	}
 	a.identity = rec.Identity
 	return nil

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -72,4 +75,32 @@ func (v *Volume) CommitAt(ctx context.Context, lsn uint64) (*Commit, error) {
 // would get now.
 func (v *Volume) ReadBack(ctx context.Context, lsn uint64) (*Commit, error) {
 	return v.getCommit(ctx, lsn)
+}
+
+// ForgetLocal removes the local copies of the commit chain (commit files,
+// the head hint and the local checkpoint) and empties the chain in memory,
+// so that the next open reads the remote afresh. A caller whose proof
+// refused commits this volume fetched (a forged or foreign commit) calls
+// it: after the remote is repaired, a copy of the refused commit must not
+// stand in for the remote's. Segments and index nodes stay: each is
+// checked against the commit or checkpoint that names it before use.
+func (v *Volume) ForgetLocal() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	files, err := os.ReadDir(filepath.Join(v.dir, "commits"))
+	if err != nil {
+		return fmt.Errorf("volume %s: forget local commits: %w", v.name, err)
+	}
+	for _, f := range files {
+		if err := os.Remove(filepath.Join(v.dir, "commits", f.Name())); err != nil {
+			return fmt.Errorf("volume %s: forget local commits: %w", v.name, err)
+		}
+	}
+	for _, name := range []string{v.localCheckpoint(), filepath.Join(v.dir, "head")} {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("volume %s: forget local commits: %w", v.name, err)
+		}
+	}
+	v.base, v.tail = nil, nil
+	return nil
 }
