@@ -40,7 +40,11 @@ func TestEncryption_AtRest(t *testing.T) {
 				fmt.Fprintf(&in, `{"note":"PLAINTEXT-MARK-%d"}`+"\n", i)
 			}
 			silt(t, in.String(), env, "worker", "append")
-			silt(t, "", env, "archiver", "run", "--stream", "events", "--keep-last", "50", "--slice-entries", "100")
+			// The local data directory stays plain text, and the run says so.
+			if code, _, errOut := exitCode(t, env, "", "archiver", "run", "--stream", "events", "--keep-last", "50", "--slice-entries", "100"); code != 0 ||
+				!strings.Contains(errOut, "plain text") || !strings.Contains(errOut, filepath.Join(dir, "data")) {
+				t.Fatalf("archiver run with a key: exit %d, and it does not say the data directory is plain text: %s", code, errOut)
+			}
 			objects := rawObjects(t, remote, url, minio, dir)
 			if len(objects) < 4 {
 				t.Fatalf("%d objects on the remote", len(objects))

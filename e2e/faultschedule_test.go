@@ -44,7 +44,7 @@ import (
 // (scripts/faultschedule.sh).
 
 // defaultFaultSeeds run in the test command.
-const defaultFaultSeeds = "1-6"
+const defaultFaultSeeds = "1-40"
 
 func TestFaultSchedule(t *testing.T) {
 	seeds, err := parseSeeds(cmpOr(os.Getenv("SILT_FAULT_SEEDS"), defaultFaultSeeds))

@@ -24,6 +24,9 @@ var negativeControls = []struct {
 	// history is this stream's: a second Redis sharing the bucket loses
 	// its stream.
 	{"silt_negative_proof", "./pkg/archive", "^TestArchive_SharedPrefixIsRefused$", "run on the second Redis"},
+	// The same broken archiver under the seeded fault schedules: it commits
+	// and trims on rolled-back, forged and foreign remotes.
+	{"silt_negative_proof", "./e2e", "^TestFaultSchedule$", "exited 0 on a remote with"},
 	// A 412 is taken for a lost race without reading the object back.
 	{"silt_negative_readback", "./pkg/fence/s3", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
 	// The page checksum is skipped: a corrupt page read by range goes through.
@@ -36,7 +39,7 @@ var negativeControls = []struct {
 // TestArchiver_NegativeControlTrimAboveW.)
 func TestNegativeControls(t *testing.T) {
 	for _, nc := range negativeControls {
-		t.Run(strings.TrimPrefix(nc.tag, "silt_negative_"), func(t *testing.T) {
+		t.Run(strings.TrimPrefix(nc.tag, "silt_negative_")+"/"+strings.Trim(nc.run, "^$"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", nc.tag, "-run", nc.run, nc.pkg)

@@ -118,6 +118,7 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		rdb.Close()
 		return nil, err
 	}
+	clix.LocalPlainNotice(logger, store, dataDir)
 	var cleanup func()
 	if _, err := os.Stat(dataDir); lookOnly[c.Command.Name] && errors.Is(err, fs.ErrNotExist) {
 		// A command that only looks keeps its page cache in a temporary

@@ -317,6 +317,7 @@ func attachArchive(c *cli.Context, s *setup) error {
 	if err != nil {
 		return clix.Usagef("--archive-cache", "%v", err)
 	}
+	clix.LocalPlainNotice(s.log, store, cache)
 	a, err := archive.OpenWith(c.Context, s.consumer.Log(), cache, store, archive.OpenOptions{Warn: func(msg string) { s.log.Warn(msg) }})
 	if err != nil {
 		return err

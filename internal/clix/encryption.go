@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -20,7 +21,16 @@ const (
 // EncryptionKeyFlag is the flag of every command that opens an archive's remote.
 func EncryptionKeyFlag() cli.Flag {
 	return &cli.StringFlag{Name: FlagEncryptionKeyFile, EnvVars: EnvVars("ENCRYPTION_KEY_FILE"),
-		Usage: "encrypt the archive's objects with the AES-256 key in `FILE` (32 bytes, raw or base64); or give it base64 in " + envEncryptionKey}
+		Usage: "encrypt the archive's objects with the AES-256 key in `FILE` (32 bytes, raw or base64); or give it base64 in " + envEncryptionKey +
+			". The remote's objects only: the local data directory or archive cache stays plain text (docs/security.md)"}
+}
+
+// LocalPlainNotice says, when the remote is encrypted, that the local
+// directory dir holds the archive's pages in plain text.
+func LocalPlainNotice(log *slog.Logger, store fence.Store, dir string) {
+	if _, encrypted := store.(*fence.Encrypted); encrypted {
+		log.Info("the remote is encrypted; the local directory holds archived entries, commits and checkpoints in plain text: protect it (docs/security.md)", "dir", dir)
+	}
 }
 
 // Encryption wraps store with client-side encryption when a key is given
