@@ -275,3 +275,65 @@ func TestWorker_GraceExpiryKillsTheHandlerGroup(t *testing.T) {
 	}
 	report(t, scenario{Name: "handler ignoring SIGTERM killed at the end of --grace", Runs: 1, Faults: 1, Detected: 1})
 }
+
+// TestWorker_NoHandlerOutlivesAKilledWorker: whatever the handler command
+// does with its processes, a SIGKILLed worker leaves none of them running
+// (within a second): a script that dash forks rather than replaces itself
+// with, a compound command with a background child, a co-process with a
+// child of its own, and eight handlers at once. Before the handler reaper,
+// the first three ran on under PID 1, finishing entries the next run
+// handled again.
+func TestWorker_NoHandlerOutlivesAKilledWorker(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "handler.sh")
+	// A plain script: dash forks it, the script forks sleep.
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nread -r line\necho $$ >> \"$PIDS\"\nsleep 60 &\necho $! >> \"$PIDS\"\nwait\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	coproc := filepath.Join(dir, "coproc.sh")
+	if err := os.WriteFile(coproc, []byte("#!/bin/sh\necho $$ >> \"$PIDS\"\nsleep 60 &\necho $! >> \"$PIDS\"\nwhile read -r line; do :; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		args  []string
+		procs int // pids the handlers write before the kill
+	}{
+		{"exec-script-forked-by-dash", []string{"--exec", script}, 2},
+		{"exec-compound", []string{"--exec", `read -r line; sleep 60 & echo $! >> "$PIDS"; echo $$ >> "$PIDS"; wait`}, 2},
+		{"pipe-coprocess-with-a-child", []string{"--pipe", coproc}, 2},
+		{"exec-script-concurrency-8", []string{"--concurrency", "8", "--exec", script}, 16},
+	}
+	survivors, kills := 0, 0
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testserver.Redis(t)
+			pids := filepath.Join(t.TempDir(), "pids")
+			env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g", "PIDS=" + pids}
+			feed(t, env, 8)
+			cmd, _, errOut := startWorker(t, env, append([]string{"--consumer", "w1", "--handler-env", "PIDS"}, tc.args...)...)
+			var got []string
+			for deadline := time.Now().Add(15 * time.Second); len(got) < tc.procs; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatalf("the handlers wrote %d of %d pids: %s", len(got), tc.procs, errOut)
+				}
+				b, _ := os.ReadFile(pids)
+				got = strings.Fields(string(b))
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			kills++
+			time.Sleep(time.Second)
+			for _, pid := range got {
+				if processAlive(pid) {
+					survivors++
+					syscall.Kill(atoi(pid), syscall.SIGKILL)
+					t.Errorf("handler process %s outlived its SIGKILLed worker by a second", pid)
+				}
+			}
+		})
+	}
+	report(t, scenario{Name: "handler processes left by a SIGKILLed worker (detected: processes killed with it)", Runs: kills, Faults: kills,
+		Detected: 0, counts: counts{Lost: survivors}})
+}

@@ -117,7 +117,6 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 			defer cancel()
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		ownGroup(cmd)
 		cmd.Env = env
 		if tp := traceparentOf(ctx); tp != "" { // the entry's trace, continued by the handler
 			cmd.Env = append(slices.Clip(env), "TRACEPARENT="+tp)
@@ -126,7 +125,11 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 		var stderr bytes.Buffer
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}
 		cmd.WaitDelay = time.Second
-		err = cmd.Run()
+		release, err := startOwned(cmd)
+		if err == nil {
+			err = cmd.Wait()
+			release()
+		}
 		if s := strings.TrimSpace(stderr.String()); s != "" {
 			log.Info("handler stderr", "id", d.ID.String(), "stderr", secrets.mask(s))
 		}

@@ -15,6 +15,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == reaperArg {
+		os.Exit(reaperMain(os.Stdin))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
 	stop()

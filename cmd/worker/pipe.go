@@ -167,7 +167,6 @@ func (p *pipeHandler) running() (*coproc, error) {
 
 func (p *pipeHandler) start() (*coproc, error) {
 	cmd := exec.CommandContext(context.Background(), p.argv[0], p.argv[1:]...) // Cancel (ownGroup) is called by end
-	ownGroup(cmd)
 	cmd.Env = p.env
 	cmd.WaitDelay = time.Second
 	stdin, err := cmd.StdinPipe()
@@ -182,7 +181,8 @@ func (p *pipeHandler) start() (*coproc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	release, err := startOwned(cmd)
+	if err != nil {
 		return nil, err
 	}
 	cp := &coproc{cmd: cmd, lines: make(chan []byte, 64), quit: make(chan struct{}), waiting: map[string]chan pipeResult{}, dead: make(chan struct{})}
@@ -199,6 +199,7 @@ func (p *pipeHandler) start() (*coproc, error) {
 		}
 		cp.end(err)
 		cmd.Wait() // reap it after a kill; a second Wait only errs
+		release()
 	}()
 	return cp, nil
 }

@@ -1,18 +1,28 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
 	"syscall"
 )
 
 // ownGroup makes an exec handler the leader of its own process group, with
 // SIGKILL as its parent-death signal, and makes cancelling the command
 // (handler timeout, the end of --grace) kill the whole group: a handler
-// never runs on beside the redelivery of its own entry. The death signal
-// reaches the child the worker started (kept across its execve, so `sh -c`
-// running a single command, which the shell replaces itself with, is
-// covered); grandchildren that a compound command starts are reached by
-// the group kill, not by a SIGKILL of the worker itself.
+// never runs on beside the redelivery of its own entry.
+//
+// The death signal reaches only the child the worker started. A shell that
+// forks its command rather than replacing itself (dash running a script)
+// dies, and the script runs on. So a SIGKILLed worker leaves its handlers'
+// groups to the reaper (below): a process of the worker's own binary that
+// holds the list of live handler groups and kills them all the moment the
+// worker is gone.
 func ownGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
@@ -21,4 +31,95 @@ func ownGroup(cmd *exec.Cmd) {
 		}
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// startOwned starts cmd in its own group (ownGroup) and hands the group to
+// the reaper; release hands it back once cmd has been waited for.
+func startOwned(cmd *exec.Cmd) (release func(), err error) {
+	ownGroup(cmd)
+	if noReaper {
+		return func() {}, cmd.Start()
+	}
+	if err := reap.start(); err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	pgid := cmd.Process.Pid
+	reap.send('+', pgid)
+	return func() { reap.send('-', pgid) }, nil
+}
+
+// reaperArg, as the first argument, makes the worker binary the reaper.
+const reaperArg = "__silt-reaper"
+
+// reaper is the worker's side of the reaper process: started once, on the
+// first handler, and told each handler group as it starts ('+') and ends
+// ('-'). Its stdin is a pipe only the worker holds: when the worker dies,
+// however it dies, the kernel closes it, and the reaper kills every group
+// still listed, then exits.
+type reaper struct {
+	once sync.Once
+	mu   sync.Mutex
+	w    io.WriteCloser
+	err  error
+}
+
+var reap reaper
+
+func (r *reaper) start() error {
+	r.once.Do(func() {
+		cmd := exec.Command("/proc/self/exe", reaperArg)
+		// Its own group, so a terminal's ^C to the worker's group leaves
+		// it to do its job; SIGKILL on the worker's death too, should the
+		// pipe somehow stay open.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stderr = os.Stderr
+		if r.w, r.err = cmd.StdinPipe(); r.err == nil {
+			r.err = cmd.Start()
+		}
+		if r.err != nil {
+			r.err = fmt.Errorf("start the handler reaper: %w", r.err)
+			return
+		}
+		go cmd.Wait() // it exits when the worker closes the pipe
+	})
+	return r.err
+}
+
+func (r *reaper) send(op byte, pgid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil {
+		fmt.Fprintf(r.w, "%c%d\n", op, pgid)
+	}
+}
+
+// reaperMain is the reaper process: it keeps the set of live handler
+// groups from stdin and, at its end (the worker exited or was killed),
+// kills each with SIGKILL. Signals meant for the worker do not stop it.
+func reaperMain(in io.Reader) int {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	live := map[int]bool{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := sc.Text()
+		if len(line) < 2 {
+			continue
+		}
+		pgid, err := strconv.Atoi(line[1:])
+		if err != nil || pgid <= 1 {
+			continue
+		}
+		if line[0] == '+' {
+			live[pgid] = true
+		} else {
+			delete(live, pgid)
+		}
+	}
+	for pgid := range live {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return 0
 }
