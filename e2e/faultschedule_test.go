@@ -388,7 +388,7 @@ func (w *faultWorld) fault() {
 	case r == 1 && head > 0 && head == recorded && !hasCheckpoint(w.remote, head): // a checkpoint at head carries its commit
 		w.hold("its newest commit deleted")
 		os.Remove(commitPath(w.remote, head))
-	case r == 2 && head > 0:
+	case r == 2 && head > 0 && !hasCheckpoint(w.remote, head): // a checkpoint at head carries the commit, as written
 		w.hold("a forged watermark")
 		if !w.forge(head) {
 			w.faulted, w.good, w.faults = "", "", w.faults-1 // nothing to forge: no fault

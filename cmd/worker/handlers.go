@@ -111,6 +111,7 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 		if err != nil {
 			return stream.Permanent(err)
 		}
+		parent := ctx
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -130,11 +131,31 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 			err = cmd.Wait()
 			release()
 		}
-		if s := strings.TrimSpace(stderr.String()); s != "" {
+		s := strings.TrimSpace(stderr.String())
+		if s != "" {
 			log.Info("handler stderr", "id", d.ID.String(), "stderr", secrets.mask(s))
 		}
-		return execResult(ctx, err)
+		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("handler timed out after %s (--handler-timeout)", timeout)
+		} else {
+			err = execResult(ctx, err)
+		}
+		if err != nil && s != "" { // the reason, in the log line and the dead letter
+			err = fmt.Errorf("%w; last stderr line: %s", err, secrets.mask(lastLine(s)))
+		}
+		return err
 	}
+}
+
+// lastLine is the last line of s, at most 300 bytes of it.
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
 }
 
 func execResult(ctx context.Context, err error) error {

@@ -125,7 +125,7 @@ func TestRun_ExecExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	seen := filepath.Join(dir, "seen")
 	script := `doc=$(cat); echo "$doc" >> ` + seen + `
-case "$doc" in *'"mode":"bad"'*) echo "bad data" >&2; exit 65;; *'"mode":"fail"'*) exit 3;; esac`
+case "$doc" in *'"mode":"bad"'*) echo "bad data" >&2; exit 65;; *'"mode":"fail"'*) echo "first"; echo "cannot reach the ledger" >&2; exit 3;; esac`
 	code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
 		"--block", "100ms", "--exec", script)
 	if code != 0 {
@@ -137,6 +137,11 @@ case "$doc" in *'"mode":"bad"'*) echo "bad data" >&2; exit 65;; *'"mode":"fail"'
 	}
 	if !strings.Contains(errOut, "bad data") {
 		t.Fatalf("handler stderr not logged: %s", errOut)
+	}
+	// A failed attempt says why at the default level: the entry, the
+	// attempt, the exit status and the last line of its stderr.
+	if !containsLine(errOut, "level=WARN", "handler failed", "attempt=1", "exit status 3", "last stderr line: cannot reach the ledger") {
+		t.Fatalf("no WARN line saying why the handler failed: %s", errOut)
 	}
 	b, _ := os.ReadFile(seen)
 	var doc deliveryDoc
@@ -166,11 +171,28 @@ func TestRun_StdoutAndTimeout(t *testing.T) {
 		t.Fatalf("summary on stderr: %s", errOut)
 	}
 	seedModes(t, srv, "slow")
-	code, out, _ = runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--block", "100ms",
+	code, out, errOut = runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--block", "100ms",
 		"--handler-timeout", "200ms", "--", "sleep", "5")
 	if sum := parseSummary(t, out); code != 0 || sum.Failed != 1 {
 		t.Fatalf("timeout: exit %d, %+v", code, sum)
 	}
+	if !containsLine(errOut, "level=WARN", "timed out after 200ms (--handler-timeout)") {
+		t.Fatalf("a timeout does not name --handler-timeout: %s", errOut)
+	}
+}
+
+// containsLine reports whether one line of out holds every part.
+func containsLine(out string, parts ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRun_UsageErrors(t *testing.T) {

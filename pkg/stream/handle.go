@@ -401,7 +401,10 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 			acks.add(j)
 		case j.fate == fatePending:
 			r.sum.Failed++
-			r.c.Logger.Debug("left pending", "id", j.d.StreamID.String(), "attempts", j.d.Attempts, "error", fmt.Sprint(j.err))
+			// Loud at the default level: a scheduled run that only counts
+			// its failures hides why they failed.
+			r.c.Logger.Warn("handler failed, entry left pending", "id", j.d.ID.String(), "stream_id", j.d.StreamID.String(),
+				"attempt", j.d.Attempts, "max_attempts", r.c.MaxAttempts, "error", fmt.Sprint(j.err))
 		case j.fate == fateAbandoned:
 			r.sum.Abandoned++
 		}
