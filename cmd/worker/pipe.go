@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/silt-dev/silt/pkg/stream"
@@ -77,7 +78,16 @@ type coproc struct {
 	waiting map[string]chan pipeResult
 	dead    chan struct{} // closed once it is over
 	why     error
+
+	answered atomic.Bool // a line came on its stdout
+	silent   sync.Once   // the buffering warning, given once
 }
+
+// silenceWarn is how long a co-process may sit on its first delivery
+// without a line on stdout before the worker warns that it may be
+// buffering its output (the usual cause), instead of waiting out
+// --handler-timeout in silence.
+var silenceWarn = 3 * time.Second
 
 // handle is the stream.Handler.
 func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
@@ -107,28 +117,50 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	case <-cp.dead:
 		return fmt.Errorf("co-process: %w", cp.cause())
 	}
-	var timeout <-chan time.Time
+	var timeout, silence <-chan time.Time
 	if p.timeout > 0 {
 		t := time.NewTimer(p.timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case r := <-ch:
-		switch {
-		case *r.OK:
-			return nil
-		case r.Permanent:
-			return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
+	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
+		t := time.NewTimer(silenceWarn)
+		defer t.Stop()
+		silence = t.C
+	}
+	for {
+		select {
+		case <-silence:
+			silence = nil
+			if !cp.answered.Load() {
+				cp.silent.Do(func() {
+					p.log.Warn(fmt.Sprintf("the co-process has answered nothing on its stdout %s after its first delivery: if it buffers its output, "+
+						"flush each result line (Python: print(..., flush=True) or python3 -u; Node: write each line with process.stdout.write; "+
+						"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --handler-timeout %s",
+						silenceWarn, p.timeout), "id", id)
+				})
+			}
+			continue
+		case r := <-ch:
+			switch {
+			case *r.OK:
+				return nil
+			case r.Permanent:
+				return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
+			}
+			return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
+		case <-cp.dead:
+			return fmt.Errorf("co-process: %w", cp.cause())
+		case <-timeout:
+			hint := "hung?"
+			if !cp.answered.Load() {
+				hint = "it answered nothing: hung, or buffering its stdout? (docs/pipe.md)"
+			}
+			cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (%s)", id, p.timeout, hint))
+			return fmt.Errorf("co-process: %w", cp.cause())
+		case <-ctx.Done():
+			return fmt.Errorf("co-process: %w", context.Cause(ctx))
 		}
-		return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
-	case <-cp.dead:
-		return fmt.Errorf("co-process: %w", cp.cause())
-	case <-timeout:
-		cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (hung?)", id, p.timeout))
-		return fmt.Errorf("co-process: %w", cp.cause())
-	case <-ctx.Done():
-		return fmt.Errorf("co-process: %w", context.Cause(ctx))
 	}
 }
 
@@ -210,6 +242,7 @@ func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 4096), maxResultLine)
 	for sc.Scan() {
+		cp.answered.Store(true)
 		var r pipeResult
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.ID == "" || r.OK == nil {
 			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))

@@ -189,3 +189,33 @@ func TestPipe_BreaksRestartThenStopTheRun(t *testing.T) {
 		t.Fatalf("the run was not stopped: %v", stop)
 	}
 }
+
+// A co-process that answers nothing (the usual cause: a buffered stdout)
+// gets a WARN naming output buffering well before --handler-timeout, and
+// the timeout's error says it answered nothing.
+func TestPipe_SilentCoprocessIsWarnedOfBuffering(t *testing.T) {
+	defer func(d time.Duration) { silenceWarn = d }(silenceWarn)
+	silenceWarn = 200 * time.Millisecond
+	p, _ := newTestPipe(t, 2*time.Second, 0)
+	var logged strings.Builder
+	var mu sync.Mutex
+	p.log = slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(b)
+	}), nil))
+	start := time.Now()
+	err := p.handle(context.Background(), delivery(1, "hang"))
+	if err == nil || !strings.Contains(err.Error(), "buffering its stdout") {
+		t.Fatalf("hang: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "flush=True") {
+		t.Fatalf("no buffering warning within %s: %q", time.Since(start), logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
