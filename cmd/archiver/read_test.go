@@ -190,3 +190,19 @@ func TestRead_WrongRemoteIsNamed(t *testing.T) {
 		t.Fatalf("read with the right remote: exit %d, %s %s", code, out, errOut)
 	}
 }
+
+// `export SILT_STREAM=events`, as the README's quick tour does, must not
+// make `archiver run --all` a usage error: --all wins over the stream the
+// environment gave. Both on the command line stay a usage error.
+func TestRun_AllWinsOverTheEnvironmentsStream(t *testing.T) {
+	srv := testserver.Redis(t)
+	seed(t, srv.Client(t), 10)
+	t.Setenv("SILT_STREAM", "events")
+	base := []string{"--redis", srv.URL(), "--queue", "cm", "--remote", "file://" + t.TempDir(), "--keep-last", "2"}
+	if code, out, errOut := runArchiver(t, append([]string{"run", "--all"}, base...)...); code != 0 || !strings.Contains(out, `"archived":8`) {
+		t.Fatalf("run --all with SILT_STREAM set: exit %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := runArchiver(t, append([]string{"run", "--all", "--stream", "other"}, base...)...); code != 2 {
+		t.Fatalf("run --all --stream other: exit %d %s, want a usage error", code, errOut)
+	}
+}

@@ -86,6 +86,22 @@ func runCommand() *cli.Command {
 	}
 }
 
+// streamsOf returns the --stream values, without the one SILT_STREAM gave
+// when --all is given: `export SILT_STREAM=events` for the other commands
+// must not make `archiver run --all` a usage error.
+func streamsOf(c *cli.Context) []string {
+	streams := c.StringSlice("stream")
+	if !c.Bool("all") || len(streams) == 0 {
+		return streams
+	}
+	for _, name := range clix.EnvVars("STREAM") {
+		if v, ok := os.LookupEnv(name); ok && v == strings.Join(streams, ",") {
+			return nil
+		}
+	}
+	return streams
+}
+
 // target is one stream (or a group's dead letters) to archive.
 type target struct {
 	Queue  string
@@ -135,10 +151,10 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if (len(c.StringSlice("stream")) == 0) == !c.Bool("all") {
-		return clix.Usagef("--stream", "give --stream NAME (repeatable) or --all")
+	if (len(streamsOf(c)) == 0) == !c.Bool("all") {
+		return clix.Usagef("--stream", "give --stream NAME (repeatable) or --all, not both")
 	}
-	for _, name := range c.StringSlice("stream") {
+	for _, name := range streamsOf(c) {
 		if err := stream.ValidateName("stream", name); err != nil {
 			return clix.Usagef("--stream", "%v", err)
 		}
@@ -382,7 +398,7 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 	ks := e.target.Keyspace
 	if !c.Bool("all") {
 		var out []target
-		for _, s := range c.StringSlice("stream") {
+		for _, s := range streamsOf(c) {
 			out = append(out, target{Queue: ks.Queue, Stream: s})
 		}
 		return out, nil
