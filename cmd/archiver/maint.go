@@ -232,8 +232,9 @@ func gcCommand() *cli.Command {
 func trimCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "trim",
-		Usage: "apply the retention policy WITHOUT archiving: what it removes is gone for good",
-		Flags: append(clix.CommonFlags(), policyFlags()...),
+		Usage: "apply the retention policy WITHOUT archiving: what it removes is gone for good (an archived stream's unarchived entries only with --force)",
+		Flags: append(append(clix.CommonFlags(), policyFlags()...),
+			&cli.BoolFlag{Name: "force", Usage: "remove entries of an archived stream (or one whose declared policy archives) that its archive does not hold"}),
 		Action: func(c *cli.Context) error {
 			t, err := clix.ParseTarget(c)
 			if err != nil {
@@ -248,6 +249,13 @@ func trimCommand() *cli.Command {
 				return err
 			}
 			defer sess.Close()
+			if !c.Bool("force") {
+				if err := archive.CheckTrimOnly(c.Context, sess.Log, p); errors.Is(err, archive.ErrWouldLoseUnarchived) {
+					return fmt.Errorf("%w; nothing trimmed. Run archiver run (archive, then trim), or give --force to remove them for good", err)
+				} else if err != nil {
+					return err
+				}
+			}
 			removed, err := archive.TrimOnly(c.Context, sess.Log, p, c.Bool("exact"))
 			if err != nil {
 				return err

@@ -206,3 +206,30 @@ func TestRun_AllWinsOverTheEnvironmentsStream(t *testing.T) {
 		t.Fatalf("run --all --stream other: exit %d %s, want a usage error", code, errOut)
 	}
 }
+
+// archiver trim on an archived stream refuses to remove entries its archive
+// does not hold, naming how many, unless --force.
+func TestTrim_ArchivedStreamKeepsUnarchivedEntries(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	seed(t, rdb, 10)
+	base := []string{"--redis", srv.URL(), "--queue", "cm", "--stream", "events"}
+	if code, out, errOut := runArchiver(t, append(append([]string{"run"}, base...), "--remote", "file://"+t.TempDir(), "--keep-last", "5", "--exact")...); code != 0 {
+		t.Fatalf("archive: exit %d %s %s", code, out, errOut)
+	}
+	trim := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append(append([]string{"archiver", "trim"}, base...), args...), strings.NewReader(""), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, _, errOut := trim("--keep-last", "1", "--exact")
+	if code != 1 || !strings.Contains(errOut, "remove 4 entries") || !strings.Contains(errOut, "--force") {
+		t.Fatalf("trim of unarchived entries: exit %d %s", code, errOut)
+	}
+	if n := rdb.XLen(context.Background(), "emq:{cm}:stream:events").Val(); n != 5 {
+		t.Fatalf("the refused trim left %d of 5 entries", n)
+	}
+	if code, out, errOut := trim("--keep-last", "1", "--exact", "--force"); code != 0 || !strings.Contains(out, `"removed_for_good":4`) {
+		t.Fatalf("trim --force: exit %d %s %s", code, out, errOut)
+	}
+}

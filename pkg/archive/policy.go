@@ -189,6 +189,79 @@ func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (int64, 
 	return removed, nil
 }
 
+// ErrWouldLoseUnarchived is wrapped by CheckTrimOnly's error: a trim
+// without archiving would remove entries of an archived stream that its
+// archive does not hold.
+var ErrWouldLoseUnarchived = errors.New("the trim would remove entries that were never archived")
+
+// CheckTrimOnly refuses a TrimOnly of p on a stream that is archived (Redis
+// records its archive, or its declared policy archives) when the trim would
+// remove entries above the watermark Redis recorded: those exist nowhere
+// else. A stream neither archived nor declared passes.
+func CheckTrimOnly(ctx context.Context, l *stream.Log, p Policy) error {
+	rec, recorded, err := l.ArchiveRecord(ctx)
+	if err != nil {
+		return err
+	}
+	d, declared, err := DeclaredPolicy(ctx, l.Client(), l.Keyspace(), l.Name())
+	if err != nil {
+		return err
+	}
+	if !recorded && !(declared && d.Archive) {
+		return nil
+	}
+	w, err := parseW(rec.W)
+	if err != nil {
+		return fmt.Errorf("archive record of %s: W %q: %w", l.Key(), rec.W, err)
+	}
+	n, err := unarchivedBy(ctx, l, p, w)
+	if err != nil || n == 0 {
+		return err
+	}
+	why := "its declared policy archives it, and nothing is archived yet"
+	if recorded {
+		why = fmt.Sprintf("it is archived up to %s (LSN %d)", wString(w), rec.LSN)
+	}
+	return fmt.Errorf("%s: %s; this trim would remove %d entries above that, which exist nowhere else: %w",
+		l.Key(), why, n, ErrWouldLoseUnarchived)
+}
+
+// unarchivedBy counts the entries TrimOnly(p) would remove above w (every
+// one it would remove when w is zero).
+func unarchivedBy(ctx context.Context, l *stream.Log, p Policy, w brand.StreamID) (int64, error) {
+	from := stream.First
+	if !w.IsZero() {
+		from, _ = w.Next()
+	}
+	var n int64
+	if p.KeepLast > 0 {
+		info, err := l.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var below int64 // live entries at or below w: removed first, archived
+		if !w.IsZero() {
+			left, err := l.ReadRaw(ctx, stream.First, w, info.Length+1)
+			if err != nil {
+				return 0, err
+			}
+			below = int64(len(left))
+		}
+		n = max(info.Length-p.KeepLast-below, 0)
+	}
+	if p.KeepFor > 0 {
+		to, ok := brand.WindowStart(time.Now().Add(-p.KeepFor)).Prev()
+		if ok && from.Compare(to) <= 0 {
+			old, err := l.ReadRaw(ctx, from, to, 1<<20)
+			if err != nil {
+				return 0, err
+			}
+			n = max(n, int64(len(old)))
+		}
+	}
+	return n, nil
+}
+
 // Apply applies a declared policy to the archive's stream: archive then
 // trim, or trim only, and records the outcome beside the policy. The
 // archive's Exact is set from the policy.
