@@ -443,6 +443,51 @@ func TestCatchUp_GroupBehindRetention(t *testing.T) {
 	}
 }
 
+// A group whose unread entries were all archived and trimmed, leaving the
+// stream empty, is caught up on its next run, without waiting for a new
+// append; a run without the archive counts the gap (trimmed_unread), and
+// a later run with it catches the group up, each entry once.
+func TestCatchUp_EmptyStream(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c, _ := stream.NewConsumer(e.log, "late", "w1")
+	c.EnsureGroup(ctx)
+	ids := e.appendN(t, 70)
+	a := e.open(t)
+	a.Exact = true
+	time.Sleep(2 * time.Millisecond)
+	if _, err := a.Run(ctx, archive.Policy{KeepFor: time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := xlen(t, e); n != 0 {
+		t.Fatalf("stream holds %d after archiving everything", n)
+	}
+	seen := map[brand.ID]int{}
+	handler := func(_ context.Context, d stream.Delivery) error { seen[d.ID]++; return nil }
+	newConsumer := func(history bool) *stream.Consumer {
+		c, _ := stream.NewConsumer(e.log, "late", "w1")
+		c.Block = 50 * time.Millisecond
+		if history {
+			c.Payloads = a
+		}
+		return c
+	}
+	sum, err := newConsumer(false).Run(ctx, handler)
+	if err != nil || sum.TrimmedUnread != 70 || len(seen) != 0 {
+		t.Fatalf("run without the archive: %+v, %v, handled %d; want the 70 counted as trimmed unread", sum, err, len(seen))
+	}
+	for range 2 {
+		if _, err := newConsumer(true).Run(ctx, handler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("entry %d (%s) handled %d times, want once", i, id, seen[id])
+		}
+	}
+}
+
 // A slice is read in chunks of 1,000 entries: slices larger than a chunk, and
 // a byte bound that falls inside a chunk, still commit exactly what they say.
 func TestRun_SlicesSpanReadChunks(t *testing.T) {

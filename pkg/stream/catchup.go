@@ -26,8 +26,10 @@ type History interface {
 }
 
 // gapLua records a gap when the group's last-delivered id is below the
-// first live entry: entries in between may have been trimmed before the
-// group read them, so they must be read from the archive. A gap is pushed as
+// first live entry (or, on an empty stream, below its last generated id):
+// entries in between may have been trimmed before the group read them, so
+// they must be read from the archive. On an empty stream it also moves the
+// group's last-delivered id to the top, as a read would have. A gap is pushed as
 // "last first 0 skipped" on a list, once; skipped estimates how many
 // entries it holds (entries-added - the group's entries-read - length; -1
 // when Redis cannot tell). It sets the local skipped (0: no new gap).
@@ -53,9 +55,25 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   end
   if name == ARGV[1] then last, read = ld, er end
 end
+-- A group that has read nothing has read nothing, whatever XINFO says.
+if last == '0-0' and type(read) ~= 'number' then read = 0 end
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-if last and first[1] and less(last, first[1][1]) then
-  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local info, bound, empty
+if first[1] then
+  bound = first[1][1]
+elseif last then
+  -- An empty stream: every entry up to its last generated id is gone, and
+  -- no read will move the group past them; the gap ends just above it.
+  info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local lg
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then lg = info[i + 1] end
+  end
+  local ms, seq = string.match(lg or '', '^(%d+)%-(%d+)$')
+  if ms and less(last, lg) then bound, empty = ms .. '-' .. string.format('%d', tonumber(seq) + 1), lg end
+end
+if last and bound and less(last, bound) then
+  info = info or redis.call('XINFO', 'STREAM', KEYS[1])
   local added, len
   for i = 1, #info, 2 do
     if info[i] == 'entries-added' then added = info[i + 1]
@@ -68,9 +86,12 @@ if last and first[1] and less(last, first[1][1]) then
   elseif added == len then gone = 0 end
   if gone < -1 then gone = -1 end
   local tail = redis.call('LRANGE', KEYS[2], -1, -1)
-  if gone ~= 0 and (tail[1] == nil or string.match(tail[1], '^%S+ %S+') ~= last .. ' ' .. first[1][1]) then
+  if gone ~= 0 and (tail[1] == nil or string.match(tail[1], '^%S+ %S+') ~= last .. ' ' .. bound) then
     skipped = gone
-    redis.call('RPUSH', KEYS[2], last .. ' ' .. first[1][1] .. ' 0 ' .. skipped)
+    redis.call('RPUSH', KEYS[2], last .. ' ' .. bound .. ' 0 ' .. skipped)
+    if empty then -- the group has now seen up to the top, through the gap
+      redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], empty, 'ENTRIESREAD', added)
+    end
   end
 end
 `
@@ -157,6 +178,7 @@ func (r *run) checkGap(ctx context.Context) error {
 		return nil
 	}
 	count := "an unknown number of"
+	r.sum.TrimmedUnreadUnknown = n < 0
 	if n > 0 {
 		r.sum.TrimmedUnread += n
 		count = strconv.FormatInt(n, 10)

@@ -83,26 +83,29 @@ const (
 // Summary counts what one run did. Every delivery ends in exactly one of
 // Acked, Failed (left pending), DeadLettered or Abandoned.
 type Summary struct {
-	Drained           int64         `json:"drained"`            // deliveries from our own PEL
-	Claimed           int64         `json:"claimed"`            // deliveries reclaimed from idle peers
-	New               int64         `json:"new"`                // deliveries of never-delivered entries
-	CatchUp           int64         `json:"catch_up"`           // deliveries read from the archive for a group behind retention
-	Acked             int64         `json:"acked"`              // handled successfully (or duplicates) and acked
-	Failed            int64         `json:"failed"`             // handler errors left pending
-	Panics            int64         `json:"panics"`             // handler panics (also counted in Failed or DeadLettered)
-	DeadLettered      int64         `json:"dead_lettered"`      // moved to the dead-letter stream
-	Abandoned         int64         `json:"abandoned"`          // not finished at shutdown, left pending
-	Malformed         int64         `json:"malformed"`          // dead-lettered because the id was bad
-	Oversized         int64         `json:"oversized"`          // dead-lettered unhandled: larger than MaxEntryBytes
-	PayloadRecovered  int64         `json:"payload_recovered"`  // trimmed while pending, recovered from the source
-	PayloadLost       int64         `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
-	DuplicatesSkipped int64         `json:"duplicates_skipped"` // already handled by this group (dedupe), acked
-	TrimmedUnread     int64         `json:"trimmed_unread"`     // trimmed before the group read them, without an archive: recorded as a gap, not handled
-	StaleConsumers    int64         `json:"stale_consumers_removed"`
-	LeaseWait         bool          `json:"waited_for_catch_up_lease,omitempty"` // gaps were left and another consumer held the lease
-	ExitReason        string        `json:"exit_reason"`
-	Elapsed           time.Duration `json:"-"`
-	ElapsedSeconds    float64       `json:"elapsed_seconds"`
+	Drained           int64 `json:"drained"`            // deliveries from our own PEL
+	Claimed           int64 `json:"claimed"`            // deliveries reclaimed from idle peers
+	New               int64 `json:"new"`                // deliveries of never-delivered entries
+	CatchUp           int64 `json:"catch_up"`           // deliveries read from the archive for a group behind retention
+	Acked             int64 `json:"acked"`              // handled successfully (or duplicates) and acked
+	Failed            int64 `json:"failed"`             // handler errors left pending
+	Panics            int64 `json:"panics"`             // handler panics (also counted in Failed or DeadLettered)
+	DeadLettered      int64 `json:"dead_lettered"`      // moved to the dead-letter stream
+	Abandoned         int64 `json:"abandoned"`          // not finished at shutdown, left pending
+	Malformed         int64 `json:"malformed"`          // dead-lettered because the id was bad
+	Oversized         int64 `json:"oversized"`          // dead-lettered unhandled: larger than MaxEntryBytes
+	PayloadRecovered  int64 `json:"payload_recovered"`  // trimmed while pending, recovered from the source
+	PayloadLost       int64 `json:"payload_lost"`       // trimmed while pending, not recoverable: dead-lettered
+	DuplicatesSkipped int64 `json:"duplicates_skipped"` // already handled by this group (dedupe), acked
+	TrimmedUnread     int64 `json:"trimmed_unread"`     // trimmed before the group read them, without an archive: recorded as a gap, not handled
+	// TrimmedUnreadUnknown: entries were trimmed before the group read
+	// them, and Redis cannot tell how many (TrimmedUnread counts none of them).
+	TrimmedUnreadUnknown bool          `json:"trimmed_unread_unknown,omitempty"`
+	StaleConsumers       int64         `json:"stale_consumers_removed"`
+	LeaseWait            bool          `json:"waited_for_catch_up_lease,omitempty"` // gaps were left and another consumer held the lease
+	ExitReason           string        `json:"exit_reason"`
+	Elapsed              time.Duration `json:"-"`
+	ElapsedSeconds       float64       `json:"elapsed_seconds"`
 }
 
 // Handled returns how many deliveries the run finished one way or another.
