@@ -83,15 +83,19 @@ const (
 // Summary counts what one run did. Every delivery ends in exactly one of
 // Acked, Failed (left pending), DeadLettered or Abandoned.
 type Summary struct {
-	Drained           int64 `json:"drained"`            // deliveries from our own PEL
-	Claimed           int64 `json:"claimed"`            // deliveries reclaimed from idle peers
-	New               int64 `json:"new"`                // deliveries of never-delivered entries
-	CatchUp           int64 `json:"catch_up"`           // deliveries read from the archive for a group behind retention
-	Acked             int64 `json:"acked"`              // handled successfully (or duplicates) and acked
-	Failed            int64 `json:"failed"`             // handler errors left pending
-	Panics            int64 `json:"panics"`             // handler panics (also counted in Failed or DeadLettered)
-	DeadLettered      int64 `json:"dead_lettered"`      // moved to the dead-letter stream
-	Abandoned         int64 `json:"abandoned"`          // not finished at shutdown, left pending
+	Drained      int64 `json:"drained"`       // deliveries from our own PEL
+	Claimed      int64 `json:"claimed"`       // deliveries reclaimed from idle peers
+	New          int64 `json:"new"`           // deliveries of never-delivered entries
+	CatchUp      int64 `json:"catch_up"`      // deliveries read from the archive for a group behind retention
+	Acked        int64 `json:"acked"`         // handled successfully (or duplicates) and acked
+	Failed       int64 `json:"failed"`        // handler errors left pending
+	Panics       int64 `json:"panics"`        // handler panics (also counted in Failed or DeadLettered)
+	DeadLettered int64 `json:"dead_lettered"` // moved to the dead-letter stream
+	Abandoned    int64 `json:"abandoned"`     // not finished at shutdown, left pending
+	// LostLease counts successes not acked because a peer had reclaimed the
+	// entry meanwhile (the batch outlived --min-idle): the peer handles and
+	// acks them. Not counted in Acked.
+	LostLease         int64 `json:"lost_lease"`
 	Malformed         int64 `json:"malformed"`          // dead-lettered because the id was bad
 	Oversized         int64 `json:"oversized"`          // dead-lettered unhandled: larger than MaxEntryBytes
 	PayloadRecovered  int64 `json:"payload_recovered"`  // trimmed while pending, recovered from the source

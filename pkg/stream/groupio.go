@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,11 @@ type groupWriter interface {
 	// ack acks the ids of a and removes the start records of a.records, in
 	// one round trip.
 	ack(ctx context.Context, a ackSet) error
+	// ackOwned is ack fenced by ownership, for a batch that may have lost
+	// its lease: it acks only the ids still pending to this consumer (one
+	// script: check the owner, then XACK) and returns the others, which a
+	// peer reclaimed.
+	ackOwned(ctx context.Context, a ackSet) (lost []string, err error)
 	// deadLetter appends rec to the group's dead-letter stream and acks id
 	// (its start record removed) in one MULTI.
 	deadLetter(ctx context.Context, rec Fields, id string) error
@@ -99,20 +105,25 @@ type catchUpIO interface {
 // ackSet is acks to send: the ids, and those of them whose start record of
 // their own must go too (most entries have none: their first start was
 // recorded in a window).
-type ackSet struct{ ids, records []string }
+// gone are those of the ids no longer in the PEL when read (trimmed while
+// pending, dropped by XAUTOCLAIM): a fenced ack does not ask who owns them.
+type ackSet struct{ ids, records, gone []string }
 
 func (a *ackSet) add(j *job) {
 	a.ids = append(a.ids, j.sid)
 	if j.prior > 0 || (j.recorded && !j.windowed) {
 		a.records = append(a.records, j.sid)
 	}
+	if !j.inPEL {
+		a.gone = append(a.gone, j.sid)
+	}
 }
 
 func (a *ackSet) addAll(b ackSet) {
-	a.ids, a.records = append(a.ids, b.ids...), append(a.records, b.records...)
+	a.ids, a.records, a.gone = append(a.ids, b.ids...), append(a.records, b.records...), append(a.gone, b.gone...)
 }
 
-func (a *ackSet) reset() { a.ids, a.records = a.ids[:0], a.records[:0] }
+func (a *ackSet) reset() { a.ids, a.records, a.gone = a.ids[:0], a.records[:0], a.gone[:0] }
 
 // claimed is one XAUTOCLAIM step.
 type claimed struct {
@@ -374,6 +385,48 @@ func (g *redisGroup) ack(ctx context.Context, a ackSet) error {
 		return fmt.Errorf("ack %d entries in %s %s: %w", len(a.ids), g.key, g.group, err)
 	}
 	return nil
+}
+
+// ackOwnedScript acks the ids still pending to the consumer and returns
+// the others (pending to a peer, or acked by one since); the start records
+// listed after the ids go, but those of the ids lost.
+//
+// KEYS: stream, start records. ARGV: group, consumer, n ids, ids..., records...
+var ackOwnedScript = redis.NewScript(`
+local n = tonumber(ARGV[3])
+local lost, isLost = {}, {}
+for i = 4, 3 + n do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+  else
+    lost[#lost + 1], isLost[id] = id, true
+  end
+end
+for i = 4 + n, #ARGV do
+  if not isLost[ARGV[i]] then redis.call('HDEL', KEYS[2], ARGV[i]) end
+end
+return lost
+`)
+
+func (g *redisGroup) ackOwned(ctx context.Context, a ackSet) ([]string, error) {
+	args := make([]any, 3, 3+len(a.ids)+len(a.records))
+	n := 0
+	for _, id := range a.ids {
+		if !slices.Contains(a.gone, id) { // not pending since the read: nothing to ask
+			args, n = append(args, id), n+1
+		}
+	}
+	args[0], args[1], args[2] = g.group, g.consumer, n
+	for _, id := range a.records {
+		args = append(args, id)
+	}
+	lost, err := ackOwnedScript.Run(ctx, g.rdb, []string{g.key, g.attempts}, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("ack %d entries (fenced by ownership) in %s %s: %w", len(a.ids), g.key, g.group, err)
+	}
+	return lost, nil
 }
 
 // queueAcks queues the acks of a and the removal of its start records.

@@ -163,6 +163,24 @@ func (g *fakeGroup) ack(_ context.Context, a ackSet) error {
 	return nil
 }
 
+// ackOwned acks what is still pending (a test takes an entry from this
+// consumer by removing it from the PEL).
+func (g *fakeGroup) ackOwned(ctx context.Context, a ackSet) ([]string, error) {
+	g.mu.Lock()
+	var owned ackSet
+	var lost []string
+	for _, id := range a.ids {
+		if _, ok := g.pel[id]; ok || slices.Contains(a.gone, id) {
+			owned.ids = append(owned.ids, id)
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	owned.records = a.records
+	g.mu.Unlock()
+	return lost, g.ack(ctx, owned)
+}
+
 func (g *fakeGroup) deadLetter(ctx context.Context, rec Fields, id string) error {
 	g.mu.Lock()
 	g.dead = append(g.dead, rec)

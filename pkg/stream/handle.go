@@ -43,6 +43,7 @@ type job struct {
 	started  atomic.Bool // the handler was called
 	finished atomic.Bool // the handler returned; err is set
 	acked    bool        // acked as soon as it succeeded (earlyAcks), under earlyAcks.mu
+	lost     bool        // of acked: a peer had reclaimed it, so it was not acked here
 }
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
@@ -82,6 +83,8 @@ func (r *run) process(ctx context.Context, jobs []*job, readAt time.Time) error 
 	if err := r.before(ctx, jobs); err != nil {
 		return err
 	}
+	r.readAt = readAt
+	r.renewLost.Store(false)
 	xerr := r.execute(ctx, jobs, readAt)
 	r.c.failpoint(failpoint.AfterHandle)
 	wctx, cancel := r.writeCtx(ctx)
@@ -294,7 +297,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 
 	st := r.newStarts(runnable, r.first) // handleNew clears r.first after the batch
 	now := time.Now()
-	early := &earlyAcks{r: r, start: now, last: now}
+	early := &earlyAcks{r: r, ctx: ctx, start: now, last: now}
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -395,6 +398,8 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 	var acks ackSet
 	for _, j := range jobs {
 		switch {
+		case j.fate == fateAck && j.acked && j.lost:
+			r.sum.LostLease++
 		case j.fate == fateAck && j.acked:
 			r.sum.Acked++
 		case j.fate == fateAck:
@@ -409,14 +414,16 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 			r.sum.Abandoned++
 		}
 	}
-	if n := int64(len(acks.ids)); n > 0 && r.carry { // counted now; a failed send fails the run
+	if n := int64(len(acks.ids)); n > 0 && r.carry && !r.fenced() { // counted now; a failed send fails the run
 		r.acks.addAll(acks)
 		r.sum.Acked += n
 	} else if n > 0 {
-		if err := r.c.io.ack(ctx, acks); err != nil {
+		lost, err := r.sendAcks(ctx, acks)
+		if err != nil {
 			return err
 		}
-		r.sum.Acked += n
+		r.sum.Acked += n - int64(len(lost))
+		r.sum.LostLease += int64(len(lost))
 	}
 	for _, j := range jobs {
 		if j.fate != fateDead {
@@ -428,6 +435,29 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 		r.sum.DeadLettered++
 	}
 	return nil
+}
+
+// fenced reports whether the batch in hand may have lost entries to a
+// peer: it has run for --min-idle since its read (a frozen or slow worker),
+// or a renewal failed. Its acks then go through ackOwned.
+func (r *run) fenced() bool {
+	return r.renewLost.Load() || (r.c.MinIdle > 0 && !r.readAt.IsZero() && time.Since(r.readAt) >= r.c.MinIdle)
+}
+
+// sendAcks is the one send of a batch's acks: a plain pipelined XACK while
+// the batch holds its entries, fenced by ownership once it may not. It
+// returns the ids a peer had reclaimed, which were not acked (the peer
+// handles and acks them), and says so.
+func (r *run) sendAcks(ctx context.Context, a ackSet) ([]string, error) {
+	if !r.fenced() {
+		return nil, r.c.io.ack(ctx, a)
+	}
+	lost, err := r.c.io.ackOwned(ctx, a)
+	if len(lost) > 0 {
+		r.c.Logger.Warn(fmt.Sprintf("%d finished entries were reclaimed by a peer while this batch ran past --min-idle %s: not acked here, the peer handles them (lengthen --min-idle beyond the longest handler)",
+			len(lost), r.c.MinIdle), "first", lost[0])
+	}
+	return lost, err
 }
 
 // deadLetter writes the entry to the group's dead-letter stream and acks it

@@ -55,6 +55,12 @@ type run struct {
 	windowed  bool         // a window of first starts was recorded (dropped at the end)
 	first     *firstStarts // the first step of the batch in hand, recorded before its read ahead
 	oomWarned atomic.Bool
+	// readAt is when the batch in hand was read; renewLost is set when a
+	// renewal of its entries failed. Either past --min-idle or set, the
+	// batch may have lost entries to a peer: its acks are fenced by
+	// ownership (fenced).
+	readAt    time.Time
+	renewLost atomic.Bool
 }
 
 // Bounds of an adaptive read size (Consumer.Count 0): entries per read, and
