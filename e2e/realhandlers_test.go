@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -336,4 +337,85 @@ func TestWorker_NoHandlerOutlivesAKilledWorker(t *testing.T) {
 	}
 	report(t, scenario{Name: "handler processes left by a SIGKILLed worker (detected: processes killed with it)", Runs: kills, Faults: kills,
 		Detected: 0, counts: counts{Lost: survivors}})
+}
+
+// TestWorker_FinishedHandlersAreNotRepeatedAfterAKill: handlers of 100 ms
+// and 5 s at --concurrency 4 and 8, the worker SIGKILLed while the slow
+// ones run. Every success is acked within about 20 ms of its handler's
+// end, so after a kill no entry whose handler had finished more than 50 ms
+// before it runs again (before, a success within 20 ms of the previous
+// early ack waited for the batch's end).
+func TestWorker_FinishedHandlersAreNotRepeatedAfterAKill(t *testing.T) {
+	for _, concurrency := range []string{"4", "8"} {
+		t.Run("concurrency-"+concurrency, func(t *testing.T) {
+			srv := testserver.Redis(t)
+			env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
+			ids := feed(t, env, 40)
+			dir := t.TempDir()
+			starts, ends := filepath.Join(dir, "starts"), filepath.Join(dir, "ends")
+			// Every fourth entry takes 5 s, the others 100 ms; each start and
+			// end is recorded with its time in nanoseconds.
+			handler := []string{"--", "sh", "-c", `doc=$(cat); id=$(echo "$doc" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'); ` +
+				`n=$(echo "$doc" | sed -n 's/.*"n":"\([0-9]*\)".*/\1/p'); echo "$id $(date +%s%N)" >> ` + starts + `; ` +
+				`if [ $((n % 4)) -eq 0 ]; then sleep 5; else sleep 0.1; fi; echo "$id $(date +%s%N)" >> ` + ends}
+			var kills []int64
+			for round := range 4 {
+				cmd, _, errOut := startWorker(t, env, append([]string{"--consumer", "w1", "--concurrency", concurrency, "--count", "8", "--block", "200ms"}, handler...)...)
+				time.Sleep(time.Duration(700+200*round) * time.Millisecond)
+				kills = append(kills, time.Now().UnixNano())
+				cmd.Process.Signal(syscall.SIGKILL)
+				if err := cmd.Wait(); err != nil && !killedBySignal(err, syscall.SIGKILL) {
+					t.Fatalf("worker: %v\n%s", err, errOut)
+				}
+			}
+			silt(t, "", env, "worker", append([]string{"run", "--consumer", "w1", "--concurrency", concurrency, "--block", "200ms"}, handler...)...)
+			startsOf, endsOf := timesByID(t, starts), timesByID(t, ends)
+			repeated := 0
+			for _, id := range ids {
+				if len(endsOf[id]) == 0 {
+					t.Fatalf("%s never finished", id)
+				}
+				for _, e := range endsOf[id] {
+					for _, s := range startsOf[id] {
+						if s <= e {
+							continue
+						}
+						// Run again after it finished: allowed only when a kill came
+						// within 50 ms of its end, before its ack could be sent.
+						for _, k := range kills {
+							if e < k && k < s && k-e > int64(50*time.Millisecond) {
+								repeated++
+								t.Errorf("%s finished %s before a kill and ran again", id, time.Duration(k-e))
+							}
+						}
+						break
+					}
+				}
+			}
+			report(t, scenario{Name: "finished handlers repeated after a SIGKILL (50 ms window), concurrency " + concurrency,
+				Runs: len(kills) + 1, Faults: len(kills), counts: counts{Entries: len(ids), Duplicates: repeated}})
+		})
+	}
+}
+
+// timesByID reads "id nanoseconds" lines.
+func timesByID(t *testing.T, file string) map[string][]int64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %q", file, line)
+		}
+		out[f[0]] = append(out[f[0]], n)
+	}
+	return out
 }
