@@ -321,3 +321,41 @@ func TestRun_WebhookRedirectsAreNotFollowed(t *testing.T) {
 		t.Fatalf("a 500 ms timeout let %d tries of 300 ms through", n)
 	}
 }
+
+// With --log-format json every line on stderr is JSON, the final error
+// line too; a repeated flag names the Redis hint only for --redis.
+func TestRun_JSONLogsToTheLastLine(t *testing.T) {
+	code, _, errOut := runWorker(t, "", "run", "--log-format", "json", "--redis", "redis://127.0.0.1:1/0", "--redis-wait", "0s",
+		"--queue", "cm", "--stream", "events", "--group", "g", "--stdout")
+	if code != 1 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON line with --log-format json: %q", line)
+		}
+	}
+	if !strings.Contains(errOut, `"level":"ERROR"`) || !strings.Contains(errOut, `"exit_code":1`) {
+		t.Fatalf("no final error record: %s", errOut)
+	}
+	_, _, errOut = runWorker(t, "", "run", "--queue", "cm", "--queue", "dd", "--stream", "events")
+	if !strings.Contains(errOut, "given 2 times") || strings.Contains(errOut, "Redis URLs") {
+		t.Fatalf("repeated --queue: %s", errOut)
+	}
+}
+
+// worker status of a stream that does not exist says so and fails; a stray
+// argument to a command that takes none is a usage error.
+func TestStatus_MissingStreamAndStrayArguments(t *testing.T) {
+	srv := testserver.Redis(t)
+	code, out, errOut := runWorker(t, "", "status", "--redis", srv.URL(), "--queue", "cm", "--stream", "nosuch")
+	if code != 1 || !strings.Contains(errOut, "does not exist") || out != "" {
+		t.Fatalf("status of a missing stream: exit %d %q %s", code, out, errOut)
+	}
+	seedModes(t, srv, "a")
+	code, _, errOut = runWorker(t, "", "status", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "[--json]")
+	if code != 2 || !strings.Contains(errOut, "takes no arguments") {
+		t.Fatalf("status with a stray argument: exit %d %s", code, errOut)
+	}
+}

@@ -46,6 +46,11 @@ func statusAction(c *cli.Context) error {
 		return err
 	}
 	defer sess.Close()
+	if n, err := sess.Redis.Exists(c.Context, sess.Log.Key()).Result(); err != nil {
+		return fmt.Errorf("status of %s: %w", sess.Log.Key(), err)
+	} else if n == 0 {
+		return fmt.Errorf("stream %s does not exist: nothing was ever appended to it, or --prefix, --queue or --stream is wrong", sess.Log.Key())
+	}
 	st, err := stream.Inspect(c.Context, sess.Log, c.String("group"))
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
@@ -25,6 +27,7 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
+		refuseArgs(cmd)
 	}
 	err := refuseRepeated(app, args)
 	if err == nil {
@@ -33,7 +36,37 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
+	code := exitCode(err)
+	if jsonLogs(args) { // the last line is a log line like the others
+		slog.New(slog.NewJSONHandler(stderr, nil)).Error(app.Name+" failed", "error", err.Error(), "exit_code", code)
+	} else {
+		fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
+	}
+	return code
+}
+
+// refuseArgs makes a command that takes no arguments (no ArgsUsage) refuse
+// stray ones as a usage error, rather than ignore them: `worker status
+// [--json]` copied from a doc would otherwise print text.
+func refuseArgs(cmd *cli.Command) {
+	for _, sub := range cmd.Subcommands {
+		sub.OnUsageError = cmd.OnUsageError
+		refuseArgs(sub)
+	}
+	if cmd.ArgsUsage != "" || cmd.Action == nil {
+		return
+	}
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return Usagef("usage", "%s takes no arguments, got %q (flags go before any argument; a handler goes after --)", c.Command.FullName(), c.Args().Slice())
+		}
+		return action(c)
+	}
+}
+
+// exitCode is the exit status of a command's error.
+func exitCode(err error) int {
 	var ue *UsageError
 	if errors.As(err, &ue) {
 		return ExitUsage
@@ -51,6 +84,29 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// jsonLogs reports whether --log-format (or its variable) asks for JSON,
+// read from the arguments themselves: the final error line may come
+// before or without a parsed context.
+func jsonLogs(args []string) bool {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		switch {
+		case a == "--"+FlagLogFormat && i+1 < len(args):
+			return args[i+1] == "json"
+		case strings.HasPrefix(a, "--"+FlagLogFormat+"="):
+			return strings.TrimPrefix(a, "--"+FlagLogFormat+"=") == "json"
+		}
+	}
+	for _, name := range EnvVars("LOG_FORMAT") {
+		if v, ok := os.LookupEnv(name); ok {
+			return v == "json"
+		}
+	}
+	return false
 }
 
 // refuseRepeated returns a usage error for a single-valued flag given more
@@ -85,7 +141,11 @@ func refuseRepeated(app *cli.App, args []string) error {
 				continue
 			}
 			if _, multi := f.(*cli.StringSliceFlag); !multi {
-				return Usagef("--"+name, "given %d times; it takes one value (several Redis URLs go in one --redis, comma-separated)", seen[name])
+				hint := ""
+				if name == FlagRedis {
+					hint = " (several Redis URLs go in one --redis, comma-separated)"
+				}
+				return Usagef("--"+name, "given %d times; it takes one value%s", seen[name], hint)
 			}
 		}
 	}
