@@ -260,6 +260,12 @@ func trimCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if removed == 0 && !c.Bool("exact") && p.KeepLast > 0 {
+				if n, err := sess.Redis.XLen(c.Context, sess.Log.Key()).Result(); err == nil && n > p.KeepLast {
+					sess.Logger.Info("removed nothing: the approximate trim (XTRIM ~) removes only whole radix-tree nodes (stream-node-max-entries, 100 by default); --exact trims to the entry",
+						"stream", sess.Log.Key(), "length", n, "keep_last", p.KeepLast)
+				}
+			}
 			_, err = fmt.Fprintf(c.App.Writer, "{\"stream\":%q,\"removed_for_good\":%d}\n", sess.Log.Key(), removed)
 			return err
 		},

@@ -233,3 +233,17 @@ func TestTrim_ArchivedStreamKeepsUnarchivedEntries(t *testing.T) {
 		t.Fatalf("trim --force: exit %d %s %s", code, out, errOut)
 	}
 }
+
+// On a small stream the default approximate trim removes nothing (whole
+// nodes only): the run says why and how to trim exactly.
+func TestRun_ApproximateTrimSaysWhyNothingWent(t *testing.T) {
+	srv := testserver.Redis(t)
+	seed(t, srv.Client(t), 10)
+	code, out, errOut := runArchiver(t, "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--remote", "file://"+t.TempDir(), "--keep-last", "3")
+	if code != 0 || !strings.Contains(out, `"archived":7`) || !strings.Contains(out, `"trimmed":0`) {
+		t.Fatalf("exit %d %s %s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "trimmed none yet") || !strings.Contains(errOut, "--exact") {
+		t.Fatalf("the run does not say why it trimmed nothing: %s", errOut)
+	}
+}

@@ -348,6 +348,11 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	} else {
 		r.Result, err = a.Run(c.Context, p, progress)
 	}
+	if err == nil && !a.Exact && r.Archived > 0 && r.Trimmed == 0 {
+		e.log.Info("archived entries but trimmed none yet: the default approximate trim (XTRIM MINID ~) removes only whole radix-tree nodes "+
+			"(stream-node-max-entries, 100 by default), so archived entries stay live until their node is wholly archived; --exact trims to the entry",
+			"stream", t.String(), "archived", r.Archived, "w", r.W)
+	}
 	final(r.Result)
 	if !unproven(err) { // an unproven remote's watermark says nothing
 		e.metrics.after(c.Context, a, applied, attrs)
