@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,11 +91,10 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		return nil, clix.Usagef("--data-dir", "%v", err)
 	}
 	remote := c.String("remote")
-	if remote == "" {
-		remote = "file://" + filepath.Join(dataDir, "remote")
-	}
-	if err := clix.CheckStoreURL(remote); err != nil {
-		return nil, clix.Usagef("--remote", "%v", err)
+	if remote != "" {
+		if err := clix.CheckStoreURL(remote); err != nil {
+			return nil, clix.Usagef("--remote", "%v", err)
+		}
 	}
 	archiveOnly := c.Bool("archive-only")
 	var rdb redis.UniversalClient
@@ -104,6 +104,17 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		rdb = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	} else if rdb, err = clix.OpenRedis(c.Context, c); err != nil {
 		return nil, err
+	}
+	if remote == "" && !write && needStream && !archiveOnly {
+		// A reader goes where Redis recorded the stream's archive, from
+		// whatever directory it runs in.
+		remote = recordedRemote(c.Context, rdb, t)
+		if remote != "" {
+			logger.Info("no --remote given: reading the remote Redis recorded for the stream", "remote", clix.Redact(remote))
+		}
+	}
+	if remote == "" {
+		remote = "file://" + filepath.Join(dataDir, "remote")
 	}
 	mode := fence.ReadOnly
 	if write {
@@ -133,6 +144,21 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	}
 	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup,
 		archiveOnly: archiveOnly, consistencyWait: c.Duration("consistency-wait")}, nil
+}
+
+// recordedRemote is the remote Redis recorded for t's stream ("" when none
+// is, or when it was recorded redacted and cannot be opened as it is).
+func recordedRemote(ctx context.Context, rdb redis.UniversalClient, t clix.Target) string {
+	kind := cmp.Or(t.Kind, brand.EVT) // the record does not depend on the kind
+	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, kind)
+	if err != nil {
+		return ""
+	}
+	rec, ok, err := l.ArchiveRecord(ctx)
+	if err != nil || !ok || rec.Remote == "" || strings.Contains(rec.Remote, "xxxxx") || clix.CheckStoreURL(rec.Remote) != nil {
+		return ""
+	}
+	return rec.Remote
 }
 
 // lookOnly are the commands that read and never need the data directory

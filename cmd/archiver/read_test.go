@@ -169,9 +169,9 @@ func TestRead_KindIsTheStreams(t *testing.T) {
 	}
 }
 
-// A read pointed at a remote that does not hold the stream's archive (or
-// at the local default) fails, naming the remote Redis recorded, instead of
-// returning the live tail alone: exit 4, the archive unproven.
+// A read pointed at a remote that does not hold the stream's archive fails,
+// naming the remote Redis recorded, instead of returning the live tail
+// alone: exit 4, the archive unproven.
 func TestRead_WrongRemoteIsNamed(t *testing.T) {
 	srv := testserver.Redis(t)
 	seed(t, srv.Client(t), 10)
@@ -180,11 +180,16 @@ func TestRead_WrongRemoteIsNamed(t *testing.T) {
 	if code, out, errOut := runArchiver(t, append(append([]string{"run"}, base...), "--remote", right, "--keep-last", "2")...); code != 0 {
 		t.Fatalf("archive: exit %d %s %s", code, out, errOut)
 	}
-	for _, remote := range [][]string{{"--remote", "file://" + t.TempDir()}, nil} {
+	for _, remote := range [][]string{{"--remote", "file://" + t.TempDir()}} {
 		code, out, errOut := runArchiver(t, append(append([]string{"read", "--consistency-wait", "0s"}, base...), remote...)...)
 		if code != 4 || !strings.Contains(errOut, right) || out != "" {
 			t.Errorf("read with %v: exit %d, stdout %q, stderr %q; want exit 4 naming %s", remote, code, out, errOut, right)
 		}
+	}
+	// Without --remote, a reader goes where Redis recorded the archive, from
+	// any directory, and says so.
+	if code, out, errOut := runArchiver(t, append([]string{"read"}, base...)...); code != 0 || strings.Count(out, "\n") != 10 || !strings.Contains(errOut, right) {
+		t.Fatalf("read without --remote: exit %d, %s %s", code, out, errOut)
 	}
 	if code, out, errOut := runArchiver(t, append(append([]string{"read"}, base...), "--remote", right)...); code != 0 || strings.Count(out, "\n") != 10 {
 		t.Fatalf("read with the right remote: exit %d, %s %s", code, out, errOut)
