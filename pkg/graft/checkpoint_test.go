@@ -487,3 +487,31 @@ func TestCheckpoint_TailIsBounded(t *testing.T) {
 		t.Fatalf("page 150 = %q", got)
 	}
 }
+
+// A missing root of the checkpoint the newest commit builds on is named by
+// verify, not only fallen back from by readers.
+func TestVerify_MissingNewestCheckpointRootIsNamed(t *testing.T) {
+	ctx := context.Background()
+	st := deep(t, 40, 16) // checkpoints at 16 and 32; commits 33-40 build on 32
+	keys, err := st.List(ctx, "vol/checkpoints/", "", 1)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("newest checkpoint: %v %v", keys, err)
+	}
+	if err := st.Delete(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.VerifyRemote(ctx)
+	if !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), keys[0]) || !strings.Contains(err.Error(), "reindex") {
+		t.Fatalf("verify without the newest checkpoint root: %v; want it named", err)
+	}
+	if _, err := v.RebuildIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.VerifyRemote(ctx); err != nil {
+		t.Fatalf("verify after reindex: %v", err)
+	}
+}

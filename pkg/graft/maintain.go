@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -62,6 +63,8 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	}
 	chain := plan.scan.above(start)
 	rep.ChainStart, rep.Unchained = start, plan.scan.keys-chain
+	listed := maps.Clone(ckAt)
+	var head *Commit
 	for lsn := range ckAt {
 		if lsn <= start && start > 0 { // the chain's genesis, and roots before it: nothing to check them against
 			delete(ckAt, lsn)
@@ -95,6 +98,16 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 			rep.Checkpoints++
 		}
 		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
+		head = c
+	}
+	// The checkpoint the newest commit builds on is the one readers open
+	// from; gone (and none newer), they fall back to the chain in silence.
+	// Name it here.
+	if head != nil && head.Base > start && newestCk < head.Base {
+		if _, ok := listed[head.Base]; !ok {
+			return rep, fmt.Errorf("checkpoint %s: %w: the newest commit %d builds on checkpoint %d, which the remote does not hold (readers fall back to the commit chain); rebuild it from the chain (reindex)",
+				v.checkpointKey(head.Base), ErrCorrupt, head.LSN, head.Base)
+		}
 	}
 	for lsn, k := range ckAt {
 		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's last commit %d", k, ErrCorrupt, lsn, start+uint64(chain))
