@@ -298,8 +298,8 @@ func TestBadInput_ForeignRemoteAndNewerFormat(t *testing.T) {
 	// The data dir of A, the remote of B.
 	mixed := archiverEnv(a, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "remoteB"))
 	code, _, errOut := exitCode(t, mixed, "", "archiver", "run", "--stream", "events", "--keep-last", "10")
-	if code != 1 || !strings.Contains(errOut, "commit") {
-		t.Fatalf("data dir of one history, remote of another: exit %d, %s", code, errOut)
+	if code != 4 || !strings.Contains(errOut, "commit") || !strings.Contains(errOut, "in file://") {
+		t.Fatalf("data dir of one history, remote of another: exit %d (want 4, not proven), %s", code, errOut)
 	}
 	t.Logf("foreign remote refused: %s", strings.TrimSpace(errOut))
 	if lines := strings.Count(silt(t, "", envA, "archiver", "read"), "\n"); lines != 50 {

@@ -13,7 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -142,8 +144,10 @@ func (w *faultWorld) play(n int) {
 		switch r := w.rng.IntN(100); {
 		case r < 25:
 			w.appendSome()
-		case r < 55:
+		case r < 50:
 			w.archive(false)
+		case r < 55:
+			w.archiveLoop()
 		case r < 62:
 			w.maintain()
 		case r < 72:
@@ -268,6 +272,69 @@ func (w *faultWorld) archive(adopt bool) {
 		copyTree(w.t, w.remote, snap)
 		w.snaps = append(w.snaps, snap)
 	}
+}
+
+// archiveLoop runs `archiver run --loop` for a few passes, then stops it
+// with SIGTERM or SIGKILL; every pass on a faulted remote must have been
+// refused, every pass on a sound one must have worked.
+func (w *faultWorld) archiveLoop() {
+	dir, temp := w.dataDir()
+	cmd := exec.Command(filepath.Join(binDir, "archiver"), "run", "--stream", "events", "--keep-last", fmt.Sprint(1+w.rng.IntN(10)),
+		"--slice-entries", fmt.Sprint(3+w.rng.IntN(20)), "--loop", "--every", "50ms")
+	cmd.Env = append(os.Environ(), w.env(dir)...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		w.failf("archiver --loop: %v", err)
+	}
+	time.Sleep(time.Duration(150+w.rng.IntN(450)) * time.Millisecond)
+	sig := []os.Signal{syscall.SIGTERM, syscall.SIGKILL}[w.rng.IntN(2)]
+	cmd.Process.Signal(sig)
+	err := cmd.Wait()
+	transcript.add(out.String(), errOut.String())
+	w.runs++
+	if sig == syscall.SIGKILL {
+		w.faults++
+	}
+	passes, refused := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var sum struct {
+			Streams []struct {
+				Error    string
+				Unproven bool
+			}
+			Interrupted bool
+		}
+		if json.Unmarshal([]byte(line), &sum) != nil || len(sum.Streams) == 0 || sum.Interrupted {
+			continue // a pass the signal cut short says nothing either way
+		}
+		passes++
+		switch st := sum.Streams[0]; {
+		case st.Error == "" && w.faulted != "":
+			w.failf("an archive --loop pass worked on a remote with %s", w.faulted)
+		case st.Error == "" && w.flushed && w.hasArchive():
+			w.failf("an archive --loop pass worked on an archive Redis lost its record of")
+		case st.Error != "" && w.faulted == "" && !w.flushed:
+			w.failf("an archive --loop pass on a sound remote failed: %s", st.Error)
+		case st.Error != "":
+			refused++
+		}
+	}
+	w.refusals += refused
+	w.step("archive --loop %s stopped by %v after %d passes (%d refused): %v %s", temp, sig, passes, refused, err, firstLine(errOut.String()))
+	if code := exitStatusOf(err); sig == syscall.SIGTERM && code != 0 && code != 3 {
+		w.failf("archive --loop stopped by SIGTERM: exit %d", code)
+	}
+}
+
+func exitStatusOf(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -2
+	}
+	return 0
 }
 
 // maintain runs compaction or gc (some with --drop-old-commits).

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -88,6 +89,9 @@ type countingStore struct {
 	fence.Store
 	requests metric.Int64Counter
 }
+
+// String names the store it counts, for errors.
+func (s countingStore) String() string { return fmt.Sprint(s.Store) }
 
 func (s countingStore) count(ctx context.Context, op string, err error) {
 	outcome := "ok"
