@@ -54,6 +54,8 @@ func runCommand() *cli.Command {
 		&cli.Int64Flag{Name: "count", Value: 0, Usage: "entries per read (0: adapt, from 100 up to 1000 while a batch takes under min-idle/100, back down when one takes over min-idle/10)"},
 		&cli.DurationFlag{Name: "block", Value: stream.DefaultBlock, Usage: "how long to wait for new entries before exiting"},
 		&cli.DurationFlag{Name: "min-idle", Value: stream.DefaultMinIdle, Usage: "reclaim a peer's entry idle this long (server clock)"},
+		&cli.BoolFlag{Name: "fail-on-error", EnvVars: clix.EnvVars("FAIL_ON_ERROR"),
+			Usage: "exit 5 when any handler attempt failed or an entry was dead-lettered in this run (the summary is printed as always), so a scheduler sees it"},
 		&cli.Int64Flag{Name: "max-attempts", Value: stream.DefaultMaxAttempts, Usage: "handler starts before an entry is dead-lettered (a start is recorded before the handler runs; entries read but not started do not count)"},
 		maxEntryBytesFlag(),
 		&cli.DurationFlag{Name: "lease-ttl", EnvVars: clix.EnvVars("LEASE_TTL"), Value: stream.DefaultLeaseTTL,
@@ -214,20 +216,32 @@ func runAction(c *cli.Context) error {
 	s.consumer.Progress = m.progress
 	sum, runErr := s.consumer.Run(ctx, m.wrap(h))
 	m.end(sum)
+	brokenPipe := runErr == nil && errors.Is(context.Cause(ctx), ErrPipe)
+	if brokenPipe { // not a signal: the co-process could not be kept running
+		sum.ExitReason = exitHandlerBroken
+	}
 	out := summaryWriter(c)
 	if err := printSummary(out, s, sum); err != nil {
 		return err
 	}
-	if cause := context.Cause(ctx); runErr == nil && errors.Is(cause, ErrPipe) {
-		return fmt.Errorf("%w: %d acked, %d left pending", cause, sum.Acked, sum.Abandoned+sum.Failed)
+	if brokenPipe {
+		return fmt.Errorf("%w: %d acked, %d left pending", context.Cause(ctx), sum.Acked, sum.Abandoned+sum.Failed)
 	}
 	if runErr == nil && sum.ExitReason == stream.ExitSignal {
 		// A scheduler must not take a stopped run for a finished one.
 		return fmt.Errorf("%w by a signal: %d handled, %d left pending unstarted or unfinished (abandoned)",
 			clix.ErrInterrupted, sum.Handled(), sum.Abandoned)
 	}
+	if failed := sum.Failed + sum.DeadLettered; runErr == nil && failed > 0 && c.Bool("fail-on-error") {
+		return fmt.Errorf("%w: %d failed attempts (left pending), %d dead-lettered; the WARN lines above say why",
+			clix.ErrHandlersFailed, sum.Failed, sum.DeadLettered)
+	}
 	return runErr
 }
+
+// exitHandlerBroken is the summary's exit_reason when the run stopped
+// because its co-process could not be kept running (--pipe-restarts).
+const exitHandlerBroken = "handler_broken"
 
 // flushTelemetry pushes what the run measured before the process exits; a
 // collector that cannot be reached is reported, not fatal.

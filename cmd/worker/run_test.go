@@ -149,6 +149,14 @@ case "$doc" in *'"mode":"bad"'*) echo "bad data" >&2; exit 65;; *'"mode":"fail"'
 	if doc.Group != "g" || doc.Attempts != 1 || doc.Payload["mode"] != "ok" || !strings.HasPrefix(doc.ID, "EVT_") {
 		t.Fatalf("stdin document %s", b)
 	}
+	// With --fail-on-error a scheduler sees the failure: exit 5, the
+	// summary printed as always.
+	seedModes(t, srv, "fail")
+	code, out, errOut = runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+		"--block", "100ms", "--fail-on-error", "--exec", script)
+	if code != 5 || parseSummary(t, out).Failed == 0 || !strings.Contains(errOut, "handlers failed") {
+		t.Fatalf("--fail-on-error: exit %d, %s %s", code, out, errOut)
+	}
 	// Dead-letter retry through a handler given after --.
 	code, out, errOut = runWorker(t, "", "dead", "retry", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g", "--all", "--", "true")
 	if code != 0 || !strings.Contains(out, `"succeeded":1`) {

@@ -74,6 +74,9 @@ func exitCode(err error) int {
 	if errors.Is(err, ErrInterrupted) {
 		return ExitInterrupted
 	}
+	if errors.Is(err, ErrHandlersFailed) {
+		return ExitHandlersFailed
+	}
 	if errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) || errors.Is(err, graft.ErrForeignRemote) {
 		return ExitUnproven
 	}

@@ -30,7 +30,14 @@ const (
 	// Redis's record (archive.ErrNotThisArchive, archive.ErrRemoteBehind);
 	// nothing was committed, trimmed or read.
 	ExitUnproven = 4
+	// ExitHandlersFailed: worker run --fail-on-error saw handler attempts
+	// fail or entries dead-lettered (ErrHandlersFailed).
+	ExitHandlersFailed = 5
 )
+
+// ErrHandlersFailed is wrapped by worker run's error under --fail-on-error
+// when handlers failed; the binary exits with ExitHandlersFailed.
+var ErrHandlersFailed = errors.New("handlers failed")
 
 // ErrInterrupted is wrapped by a command's error when a signal stopped it
 // before its work was done; the binary exits with ExitInterrupted.
