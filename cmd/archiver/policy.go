@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v2"
@@ -36,7 +37,7 @@ func policyCommand() *cli.Command {
 					if c.IsSet("archive") && c.Bool("no-archive") {
 						return clix.Usagef("--no-archive", "give --archive or --no-archive, not both")
 					}
-					d := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: !c.Bool("no-archive")}
+					d := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: !c.Bool("no-archive"), At: time.Now().UTC()}
 					if err := archive.Declare(c.Context, rdb, t.Keyspace, t.Stream, d); err != nil {
 						return err
 					}

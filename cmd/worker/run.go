@@ -27,7 +27,7 @@ func groupFlags() []cli.Flag {
 	host, _ := os.Hostname()
 	return []cli.Flag{
 		&cli.StringFlag{Name: "group", EnvVars: clix.EnvVars("GROUP"), Usage: "consumer group (required)"},
-		&cli.StringFlag{Name: "consumer", EnvVars: clix.EnvVars("CONSUMER"), Value: host, Usage: "consumer name (default: the host name)"},
+		&cli.StringFlag{Name: "consumer", EnvVars: clix.EnvVars("CONSUMER"), Value: host, DefaultText: "the host name", Usage: "consumer name"},
 	}
 }
 

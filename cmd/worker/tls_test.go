@@ -38,3 +38,14 @@ func TestAppend_TLS(t *testing.T) {
 		t.Fatalf("--redis-ca with redis://: exit %d, %s", code, errOut)
 	}
 }
+
+// rediss:// to a port that speaks plain Redis says it looks like a TLS
+// mismatch, rather than only that a deadline passed.
+func TestTLS_RedissToAPlainPortSaysSo(t *testing.T) {
+	srv := testserver.Redis(t)
+	url := strings.Replace(srv.URL(), "redis://", "rediss://", 1)
+	code, _, errOut := runWorker(t, "", "status", "--redis", url, "--redis-wait", "1s", "--queue", "cm", "--stream", "events")
+	if code != 1 || !strings.Contains(errOut, "rediss://") || !strings.Contains(errOut, "plain Redis") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

@@ -171,6 +171,23 @@ func ResolveKind(ctx context.Context, rdb stream.Client, t Target, name string, 
 		given, name, given)
 }
 
+// tlsHint explains an error that looks like TLS spoken to a plain port.
+func tlsHint(opts []*redis.Options, err error) string {
+	msg := err.Error()
+	if len(opts) == 0 || opts[0].TLSConfig == nil {
+		return ""
+	}
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"), strings.Contains(msg, "EOF"):
+		return " (this looks like a TLS mismatch: the URL is rediss://, but the server on that port speaks plain Redis; use redis://, or the server's TLS port)"
+	case errors.Is(err, context.DeadlineExceeded), strings.Contains(msg, "timeout"):
+		// A plain Redis server reads a TLS handshake as the start of a
+		// command and waits for the rest: the handshake times out.
+		return " (the TLS handshake got no answer: if the server on that port speaks plain Redis, use redis://, or the server's TLS port)"
+	}
+	return ""
+}
+
 // Redact returns a Redis or S3 URL with its password replaced, safe to print.
 // A URL with an '@' the parser did not take as the end of its userinfo (no
 // scheme, or a '#', '?' or '/' in the password) is not shown at all: nothing
@@ -221,7 +238,7 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 	rdb := newClient(opts, c.Bool(FlagRedisCluster) || len(opts) > 1)
 	if err := ping(ctx, rdb, wait); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("redis at %s: %w", redactAll(urls), scrubAll(err, urls))
+		return nil, fmt.Errorf("redis at %s: %w%s", redactAll(urls), scrubAll(err, urls), tlsHint(opts, err))
 	}
 	if single, ok := rdb.(*redis.Client); ok && clusterEnabled(ctx, single) {
 		// One URL of a cluster's node: a plain client would answer MOVED

@@ -202,7 +202,7 @@ func (r *run) prepare(ctx context.Context, jobs []*job) {
 			// The payload stays out of the dead letter (it would be as
 			// large); it is still in the stream, or in the archive.
 			j.fate = fateDead
-			j.reason = fmt.Sprintf("oversized entry: %d bytes in %d fields, over the limit of %d bytes (MaxEntryBytes); payload left in the stream",
+			j.reason = fmt.Sprintf("oversized entry: %d bytes in %d fields, over the limit of %d bytes (Consumer.MaxEntryBytes: worker run --max-entry-bytes); payload left in the stream",
 				EntryBytes(j.d.Fields), len(j.d.Fields), r.c.MaxEntryBytes)
 			j.d.Fields = nil
 			r.sum.Oversized++
