@@ -177,6 +177,11 @@ func TestLog_ReadMalformed(t *testing.T) {
 		}
 	}
 	after, _ := l.Append(ctx, stream.Fields{"a": "2"})
+	// Beyond a branded id's milliseconds: no id can be derived.
+	far := brand.StreamID{MS: brand.MaxMS + 1}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: l.Key(), ID: far.String(), Values: []string{"a", "far"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var reasons []string
 	var ok []brand.ID
 	for e, err := range l.Read(ctx, stream.First, stream.Last) {
@@ -193,10 +198,13 @@ func TestLog_ReadMalformed(t *testing.T) {
 			ok = append(ok, e.ID)
 		}
 	}
-	if len(ok) != 2 || ok[0] != good || ok[1] != after {
-		t.Errorf("good entries %v, want %v %v", ok, good, after)
+	// An entry without an "id" field (another producer's) gets the id its
+	// stream id maps to.
+	foreign, _ := brand.New(brand.EVT, brand.StreamID{MS: good.MS + 1})
+	if len(ok) != 3 || ok[0] != good || ok[1] != foreign || ok[2] != after {
+		t.Errorf("good entries %v, want %v %v %v", ok, good, foreign, after)
 	}
-	want := []string{`no "id" field`, `"garbage"`, "kind USR", "names 7-7"}
+	want := []string{`"garbage"`, "kind USR", "names 7-7", "cannot be a branded id"}
 	if len(reasons) != len(want) {
 		t.Fatalf("malformed: %q", reasons)
 	}

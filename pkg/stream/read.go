@@ -168,13 +168,22 @@ func (l *Log) decode(msg redis.XMessage) (Entry, error) {
 }
 
 // checkID parses an entry's "id" field and checks it against the entry's
-// stream id and the log's kind.
+// stream id and the log's kind. An entry without one gets the branded id its
+// stream id maps to (a producer that is not silt); only one whose stream id
+// is beyond a branded id's range is malformed. An "id" field that disagrees
+// with the stream id stays refused: that is tampering, not another producer.
 func (l *Log) checkID(sid brand.StreamID, raw string, hasID bool) (brand.ID, error) {
 	bad := func(reason string) (brand.ID, error) {
 		return brand.ID{}, &MalformedError{Key: l.key, StreamID: sid, RawID: raw, Reason: reason}
 	}
 	if !hasID {
-		return bad(`no "id" field`)
+		// An entry another producer wrote (XADD key * ...): its branded id
+		// is its stream id under the stream's kind, field by field.
+		id, err := brand.New(l.Kind(), sid)
+		if err != nil {
+			return bad(fmt.Sprintf(`no "id" field, and its stream id %s cannot be a branded id: %v`, sid, err))
+		}
+		return id, nil
 	}
 	id, err := brand.Parse(raw)
 	switch {
