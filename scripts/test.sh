@@ -49,6 +49,10 @@ for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' pkg
 	go test -run '^$' -fuzz "^$target\$" -fuzztime "${SILT_FUZZTIME:-5000x}" "./$pkg"
 done
 
+step "producer clients (cached when present)"
+client_env=$(scripts/clients.sh)
+eval "$client_env"
+
 step "end-to-end tests (-race): the fast reliability tier"
 SILT_RELIABILITY_REPORT=$(mktemp)
 export SILT_RELIABILITY_REPORT
