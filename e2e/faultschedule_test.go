@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -494,7 +492,7 @@ func (w *faultWorld) forge(head uint64) bool {
 	if err != nil || len(w.appended) == 0 {
 		return false
 	}
-	forged, ok := forgeWatermark(obj, w.appended[len(w.appended)-1])
+	forged, ok := testserver.ForgeWatermark(obj, w.appended[len(w.appended)-1])
 	if !ok {
 		return false
 	}
@@ -623,29 +621,4 @@ func firstLine(s string) string {
 		line = line[:300] + "..."
 	}
 	return line
-}
-
-// forgeWatermark rewrites the "w" of a packed commit object's record to w,
-// recomputing its checksum line and footer, as a forger with write access
-// would; ok is false for an object that is not a packed commit.
-func forgeWatermark(obj []byte, w string) ([]byte, bool) {
-	const footer = len("packed 0000000000000000\n")
-	if len(obj) < footer || !strings.HasPrefix(string(obj[len(obj)-footer:]), "packed ") {
-		return nil, false
-	}
-	n, err := strconv.ParseUint(string(obj[len(obj)-footer+len("packed "):len(obj)-1]), 16, 63)
-	if err != nil || int(n)+footer > len(obj) {
-		return nil, false
-	}
-	start := len(obj) - footer - int(n)
-	body, _, _ := strings.Cut(string(obj[start:len(obj)-footer]), "\n")
-	var c struct{ Meta map[string]string }
-	if json.Unmarshal([]byte(body), &c) != nil || c.Meta["w"] == "" || c.Meta["w"] == w {
-		return nil, false
-	}
-	forged := strings.Replace(body, `"w":"`+c.Meta["w"]+`"`, `"w":"`+w+`"`, 1)
-	sum := sha256.Sum256([]byte(forged))
-	rec := fmt.Appendf([]byte(forged), "\nsha256 %x\n", sum)
-	out := append(slices.Clone(obj[:start]), rec...)
-	return fmt.Appendf(out, "packed %016x\n", len(rec)), true
 }

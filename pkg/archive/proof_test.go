@@ -2,17 +2,15 @@ package archive_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"
@@ -279,23 +277,11 @@ func forgeW(t *testing.T, dir string, rec stream.ArchiveRecord, lsn uint64, w st
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	footer := obj[len(obj)-len("packed 0000000000000000\n"):]
-	if _, err := fmt.Sscanf(string(footer), "packed %x\n", &n); err != nil {
-		t.Fatalf("not a packed commit: %v", err)
+	forged, ok := testserver.ForgeWatermark(obj, w)
+	if !ok {
+		t.Fatalf("commit %d is not a packed commit with a W", lsn)
 	}
-	start := len(obj) - len(footer) - n
-	body, _, _ := strings.Cut(string(obj[start:len(obj)-len(footer)]), "\n")
-	var c struct{ Meta map[string]string }
-	if err := json.Unmarshal([]byte(body), &c); err != nil {
-		t.Fatal(err)
-	}
-	forged := []byte(strings.Replace(body, `"w":"`+c.Meta["w"]+`"`, `"w":"`+w+`"`, 1))
-	sum := sha256.Sum256(forged)
-	recBytes := fmt.Appendf(forged, "\nsha256 %x\n", sum)
-	out := append(slices.Clone(obj[:start]), recBytes...)
-	out = fmt.Appendf(out, "packed %016x\n", len(recBytes))
-	if err := os.WriteFile(path, out, 0o644); err != nil {
+	if err := os.WriteFile(path, forged, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
