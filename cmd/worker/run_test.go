@@ -347,6 +347,19 @@ func TestRun_JSONLogsToTheLastLine(t *testing.T) {
 	if !strings.Contains(errOut, `"level":"ERROR"`) || !strings.Contains(errOut, `"exit_code":1`) {
 		t.Fatalf("no final error record: %s", errOut)
 	}
+	// The OpenTelemetry SDK's complaints (an unreachable collector) are
+	// JSON records of the run's logger too.
+	srv := testserver.Redis(t)
+	seedModes(t, srv, "a")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	code, _, errOut = runWorker(t, "", "run", "--log-format", "json", "--redis", srv.URL(), "--queue", "cm", "--stream", "events",
+		"--group", "g", "--block", "100ms", "--stdout")
+	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		if line != "" && !json.Valid([]byte(line)) {
+			t.Fatalf("exit %d; not a JSON line with --log-format json and telemetry failing: %q", code, line)
+		}
+	}
+	os.Unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	_, _, errOut = runWorker(t, "", "run", "--queue", "cm", "--queue", "dd", "--stream", "events")
 	if !strings.Contains(errOut, "given 2 times") || strings.Contains(errOut, "Redis URLs") {
 		t.Fatalf("repeated --queue: %s", errOut)

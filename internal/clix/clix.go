@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/url"
 	"os"
@@ -412,8 +413,23 @@ func NewLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 		return nil, Usagef("--log-format", "%q is not text or json", c.String(FlagLogFormat))
 	}
 	redis.SetLogger(redisLogger{logger})
+	// Libraries that print through the standard log package (the
+	// OpenTelemetry SDK's error handler among them) go through the run's
+	// logger too: --log-format json stays all JSON.
+	log.SetFlags(0)
+	log.SetOutput(stdLog{logger})
 	warnDeprecatedEnv(logger)
 	return logger, nil
+}
+
+// stdLog turns each line of the standard log package into a WARN record.
+type stdLog struct{ l *slog.Logger }
+
+func (s stdLog) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		s.l.Warn("library", "message", line)
+	}
+	return len(b), nil
 }
 
 // Session is what most commands open: the logger, the Redis client and the
