@@ -5,7 +5,7 @@
 #   scripts/servers.sh install [redis|minio|versitygw|prometheus|all]...  idempotent
 #   scripts/servers.sh start   [redis|cluster|minio|versitygw|prometheus|all]...  prints export lines
 #   scripts/servers.sh env                                      the export lines again
-#   scripts/servers.sh stop                                     stops what start started
+#   scripts/servers.sh stop [--all]                             stops what start started (SILT_SERVERS_DIR, which start exports)
 #
 # Use it as:  eval "$(scripts/servers.sh start all)"
 # Tests read SILT_REDIS_URL, SILT_MINIO_*, SILT_VERSITYGW_*, SILT_PROMETHEUS_URL and
@@ -206,7 +206,12 @@ start_one() {
 	die "$1 did not start; see above"
 }
 
-print_env() { cat "$STATE"/*/env 2>/dev/null || true; }
+# The export lines of the started servers, and of SILT_SERVERS_DIR itself,
+# so that a later `stop` in the same shell stops these and no others.
+print_env() {
+	cat "$STATE"/*/env 2>/dev/null || true
+	echo "export SILT_SERVERS_DIR=$STATE"
+}
 
 stop_all() {
 	for pidfile in "$STATE"/*/pid "$STATE"/cluster/*/pid; do
@@ -236,7 +241,14 @@ start)
 	print_env
 	;;
 env) print_env ;;
-stop) stop_all ;;
+stop)
+	# The shared default directory may hold another run's servers: stop
+	# only what SILT_SERVERS_DIR names, unless told to stop them all.
+	if [ -z "${SILT_SERVERS_DIR:-}" ] && [ "${1:-}" != "--all" ]; then
+		die "stop: set SILT_SERVERS_DIR to the directory of the servers to stop (the one start used), or give --all to stop every server under $STATE"
+	fi
+	stop_all
+	;;
 *)
 	sed -n '2,11p' "$0" >&2
 	exit 2

@@ -81,7 +81,13 @@ func appendAction(c *cli.Context) error {
 		_, err = fmt.Fprintln(c.App.Writer, id)
 		return err
 	}
-	return appendLines(c, log, stamp)
+	n, err := appendLines(c, log, stamp)
+	if err == nil && n == 0 {
+		// A producer upstream that wrote nothing, or a forgotten pipe: say
+		// so rather than exit in silence.
+		sess.Logger.Warn("stdin held no entries (no field=value arguments, no JSON lines): nothing appended", "stream", log.Key())
+	}
+	return err
 }
 
 // traceStamper returns a function that gives an entry a traceparent field:
@@ -119,13 +125,13 @@ func parseFieldArgs(args []string) (stream.Fields, error) {
 
 // appendLines appends JSON lines from stdin in batches. On a bad line, the
 // lines before it are appended and their ids printed; the error names the line.
-func appendLines(c *cli.Context, log *stream.Log, stamp func(stream.Fields)) error {
+func appendLines(c *cli.Context, log *stream.Log, stamp func(stream.Fields)) (appended int, err error) {
 	out := bufio.NewWriter(c.App.Writer)
 	defer out.Flush()
 	in := bufio.NewScanner(c.App.Reader)
 	in.Buffer(make([]byte, 64<<10), c.Int("max-line-bytes"))
 	batch := make([]stream.Fields, 0, c.Int("batch"))
-	appended, lineNo := 0, 0
+	lineNo := 0
 	flush := func() error {
 		ids, err := log.AppendBatch(c.Context, batch)
 		for _, id := range ids {
@@ -146,9 +152,9 @@ func appendLines(c *cli.Context, log *stream.Log, stamp func(stream.Fields)) err
 		}
 		if err != nil {
 			if ferr := flush(); ferr != nil {
-				return ferr
+				return appended, ferr
 			}
-			return fmt.Errorf("stdin line %d: %v (appended %d entries before it)", lineNo, err, appended)
+			return appended, fmt.Errorf("stdin line %d: %v (appended %d entries before it)", lineNo, err, appended)
 		}
 		if fields == nil {
 			continue
@@ -156,21 +162,21 @@ func appendLines(c *cli.Context, log *stream.Log, stamp func(stream.Fields)) err
 		stamp(fields)
 		if batch = append(batch, fields); len(batch) == cap(batch) {
 			if err := flush(); err != nil {
-				return fmt.Errorf("after stdin line %d: %w (appended %d entries)", lineNo, err, appended)
+				return appended, fmt.Errorf("after stdin line %d: %w (appended %d entries)", lineNo, err, appended)
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return fmt.Errorf("at end of stdin: %w (appended %d entries)", err, appended)
+		return appended, fmt.Errorf("at end of stdin: %w (appended %d entries)", err, appended)
 	}
 	if err := in.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("stdin line %d: longer than --max-line-bytes %d (appended %d entries before it)",
+			return appended, fmt.Errorf("stdin line %d: longer than --max-line-bytes %d (appended %d entries before it)",
 				lineNo+1, c.Int("max-line-bytes"), appended)
 		}
-		return fmt.Errorf("read stdin: %w (appended %d entries)", err, appended)
+		return appended, fmt.Errorf("read stdin: %w (appended %d entries)", err, appended)
 	}
-	return nil
+	return appended, nil
 }
 
 // parseLine decodes one JSON object of string fields; a blank line gives nil.
