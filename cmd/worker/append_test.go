@@ -159,3 +159,13 @@ func TestParseLine_NeverChangesInput(t *testing.T) {
 		}
 	}
 }
+
+// Empty stdin appends nothing and says so (exit 0: an upstream that had
+// nothing to send is not an error).
+func TestAppend_EmptyStdinSaysSo(t *testing.T) {
+	srv := testserver.Redis(t)
+	code, out, errOut := runWorker(t, "", "append", "--redis", srv.URL(), "--queue", "cm", "--stream", "events")
+	if code != 0 || out != "" || !strings.Contains(errOut, "stdin held no entries") {
+		t.Fatalf("exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
+}
