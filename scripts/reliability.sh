@@ -22,6 +22,8 @@ report=$(mktemp)
 trap 'scripts/servers.sh stop; rm -f "$report"' EXIT
 server_env=$(scripts/servers.sh start all)
 eval "$server_env"
+client_env=$(scripts/clients.sh) # the producer tests' Python and Node clients
+eval "$client_env"
 
 export SILT_RELIABILITY_REPORT=$report SILT_RELIABILITY_TIER=$tier
 timeout=20m
