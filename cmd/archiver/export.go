@@ -77,7 +77,7 @@ func exportAction(c *cli.Context) error {
 	}
 	sum := exportSummary{Queue: target.Keyspace.Queue, Stream: target.Stream, Target: clix.Redact(c.String("to")), Format: string(format)}
 	if c.Bool("verify") {
-		if err := export.Verify(c.Context, dst, target.Stream); err != nil {
+		if sum.Result, err = export.VerifyReport(c.Context, dst, target.Stream); err != nil {
 			return err
 		}
 		sum.Verified = true

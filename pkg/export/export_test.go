@@ -287,6 +287,11 @@ func TestExport_ResumesAKilledRun(t *testing.T) {
 	if err := export.Verify(ctx, e.target, "orders"); err != nil {
 		t.Fatal(err)
 	}
+	// The report says what the verified export holds.
+	rep, err := export.VerifyReport(ctx, e.target, "orders")
+	if want := int64(len(e.want(t, stream.First, stream.Last))); err != nil || rep.Files == 0 || rep.Rows != want || rep.Bytes == 0 || rep.UpTo == "" {
+		t.Fatalf("verify report %+v, %v; want %d rows", rep, err, want)
+	}
 }
 
 func TestExport_RacingExporters(t *testing.T) {

@@ -189,6 +189,23 @@ func hourOf(s brand.StreamID) uint64 { return s.MS / uint64(time.Hour/time.Milli
 // its manifest announces; a target holding no export of name is ErrNoExport.
 // It reads every object: an audit, not a run's step.
 func Verify(ctx context.Context, store fence.Store, name string) error {
+	_, err := VerifyReport(ctx, store, name)
+	return err
+}
+
+// VerifyReport is Verify, with what the verified export holds: its files,
+// rows, bytes and the last stream id it covers.
+func VerifyReport(ctx context.Context, store fence.Store, name string) (Result, error) {
+	var res Result
+	err := verifyChain(ctx, store, name, func(m *Manifest) {
+		res.Files, res.Rows, res.Bytes, res.UpTo = res.Files+1, res.Rows+m.Rows, res.Bytes+m.Bytes, m.To
+	})
+	return res, err
+}
+
+// verifyChain checks the manifest chain of name and each file, calling
+// seen with each manifest that checked out.
+func verifyChain(ctx context.Context, store fence.Store, name string, seen func(*Manifest)) error {
 	var prev *Manifest
 	var prevTo brand.StreamID
 	for m, err := range Manifests(ctx, store, name) {
@@ -216,6 +233,7 @@ func Verify(ctx context.Context, store fence.Store, name string) error {
 				name, m.File, len(body), sum, m.Seq, m.Bytes, m.SHA256, ErrCorrupt)
 		}
 		prev, prevTo = m, to
+		seen(m)
 	}
 	if prev == nil {
 		return fmt.Errorf("export %s: %w", name, ErrNoExport)
