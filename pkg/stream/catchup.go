@@ -128,6 +128,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
+// catchUpState is a run's catch-up from the archive. leaseHeld: gaps are
+// left to catch up, but another consumer holds the lease. The run waits for
+// it rather than exit idle with work left: a live holder finishes the gaps,
+// a dead one's lease expires.
+type catchUpState struct {
+	leaseHeld bool
+}
+
 // gap is the head of a group's gap list: entries with last < id < first may
 // be in the archive only; attempts counts failed deliveries of the next one;
 // skipped is how many entries the gap held when it was found (-1: unknown;
@@ -167,7 +175,7 @@ func (g gap) String() string {
 // (Consumer.Payloads a History) catches them up; the run counts them and
 // says so. With a History the reads record gaps themselves.
 func (r *run) checkGap(ctx context.Context) error {
-	if _, ok := r.c.Payloads.(History); ok {
+	if r.history != nil {
 		return nil
 	}
 	n, err := r.c.io.checkGap(ctx)
@@ -226,12 +234,12 @@ func scriptEntries(reply any) ([]redis.XMessage, error) {
 // checkpoint (the head of the gap list) past each batch. A failing entry is
 // retried by later runs and dead-lettered after MaxAttempts.
 func (r *run) catchUp(ctx context.Context) error {
-	h, ok := r.c.Payloads.(History)
+	h, ok := r.history, r.history != nil
 	if !ok {
 		return nil
 	}
 	defer r.c.io.releaseLease(context.WithoutCancel(ctx))
-	r.leaseHeld = false
+	r.gaps.leaseHeld = false
 	for !r.stopped(ctx) {
 		head, ok, err := r.c.io.gapHead(ctx)
 		if err != nil || !ok {
@@ -242,10 +250,10 @@ func (r *run) catchUp(ctx context.Context) error {
 			return err
 		}
 		if !got { // another consumer of the group is catching up, or died doing so
-			if !r.leaseHeld && !r.sum.LeaseWait {
+			if !r.gaps.leaseHeld && !r.sum.LeaseWait {
 				r.c.Logger.Info("catch-up lease held by another consumer; waiting for it to finish or expire", "group", r.c.group)
 			}
-			r.leaseHeld, r.sum.LeaseWait = true, true
+			r.gaps.leaseHeld, r.sum.LeaseWait = true, true
 			return nil
 		}
 		g, err := parseGap(head)

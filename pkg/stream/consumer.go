@@ -130,7 +130,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
 	c.defaults()
 	r := newRun(c, h)
 	err := r.loop(ctx)
-	if ferr := r.flushAcks(ctx); err == nil {
+	if ferr := r.ack.flush(ctx); err == nil {
 		err = ferr
 	}
 	if err == nil { // else the acks may not be through: the window still counts

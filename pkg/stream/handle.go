@@ -296,8 +296,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	defer stop()
 
 	st := r.newStarts(runnable, r.first) // handleNew clears r.first after the batch
-	now := time.Now()
-	early := &earlyAcks{r: r, ctx: ctx, start: now, last: now}
+	early := r.ack.early(ctx)
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -358,7 +357,7 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	r.c.failpoint(failpoint.MidBatch)
 	j.finished.Store(true)
 	if j.err == nil && j.inPEL {
-		early.add(ctx, j)
+		early.add(j)
 	}
 }
 
@@ -414,11 +413,10 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 			r.sum.Abandoned++
 		}
 	}
-	if n := int64(len(acks.ids)); n > 0 && r.carry && !r.fenced() { // counted now; a failed send fails the run
-		r.acks.addAll(acks)
+	if n := int64(len(acks.ids)); r.ack.hold(acks) { // counted now; a failed send fails the run
 		r.sum.Acked += n
 	} else if n > 0 {
-		lost, err := r.sendAcks(ctx, acks)
+		lost, err := r.ack.send(ctx, acks)
 		if err != nil {
 			return err
 		}
@@ -442,22 +440,6 @@ func (r *run) settle(ctx context.Context, jobs []*job) error {
 // or a renewal failed. Its acks then go through ackOwned.
 func (r *run) fenced() bool {
 	return r.renewLost.Load() || (r.c.MinIdle > 0 && !r.readAt.IsZero() && time.Since(r.readAt) >= r.c.MinIdle)
-}
-
-// sendAcks is the one send of a batch's acks: a plain pipelined XACK while
-// the batch holds its entries, fenced by ownership once it may not. It
-// returns the ids a peer had reclaimed, which were not acked (the peer
-// handles and acks them), and says so.
-func (r *run) sendAcks(ctx context.Context, a ackSet) ([]string, error) {
-	if !r.fenced() {
-		return nil, r.c.io.ack(ctx, a)
-	}
-	lost, err := r.c.io.ackOwned(ctx, a)
-	if len(lost) > 0 {
-		r.c.Logger.Warn(fmt.Sprintf("%d finished entries were reclaimed by a peer while this batch ran past --min-idle %s: not acked here, the peer handles them (lengthen --min-idle beyond the longest handler)",
-			len(lost), r.c.MinIdle), "first", lost[0])
-	}
-	return lost, err
 }
 
 // deadLetter writes the entry to the group's dead-letter stream and acks it
@@ -486,26 +468,6 @@ func (r *run) deadLetter(ctx context.Context, j *job) error {
 	}
 	r.c.Logger.Info("dead-lettered", "entry", j.entryID(), "stream_id", j.d.StreamID.String(), "reason", j.reason)
 	return nil
-}
-
-// acked records that the carried acks were sent (err nil) or failed.
-func (r *run) acked(err error) error {
-	if err != nil {
-		return err
-	}
-	r.acks.reset()
-	return nil
-}
-
-// flushAcks sends carried acks that no read took along (at the end of a
-// run, also after cancellation, bounded by WriteTimeout).
-func (r *run) flushAcks(ctx context.Context) error {
-	if len(r.acks.ids) == 0 {
-		return nil
-	}
-	wctx, cancel := r.writeCtx(ctx)
-	defer cancel()
-	return r.acked(r.c.io.ack(wctx, r.acks))
 }
 
 // ackEarly acks every job before it runs: the negative control's broken

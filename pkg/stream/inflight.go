@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -346,90 +345,4 @@ func (r *run) renew(ctx context.Context, ids []string) {
 	if err != nil || n < int64(len(ids)) {
 		r.renewLost.Store(true) // the batch's acks are fenced by ownership
 	}
-}
-
-// ackEvery is how long a success may wait for its ack once a batch is
-// slow. A batch is acked whole when it is done; but a batch of slow
-// handlers can take minutes, and a worker killed then would leave every
-// success of it unacked: handled again by the next run, and each of them
-// counting a start without a settle. So once ackEvery has passed since the
-// batch began (or since the last ack), a success is acked at once, with
-// those that waited: quick batches keep their single ack.
-const ackEvery = 20 * time.Millisecond
-
-// earlyAcks acks a slow batch's successes as they come: a success that
-// arrives within ackEvery of the batch's start or of the last early ack is
-// held, and a timer sends what is held ackEvery after that, so no success
-// waits longer than about ackEvery for its ack while the batch runs on.
-type earlyAcks struct {
-	r       *run
-	ctx     context.Context
-	mu      sync.Mutex
-	last    time.Time // the batch's start, then the last early ack
-	start   time.Time // when the batch began
-	waiting []*job
-	timer   *time.Timer // sends what waits; nil when none is armed
-	closed  bool        // the batch goes to settle: a handler finishing later is abandoned
-}
-
-// close stops early acks; settle then reads job.acked without a race, and
-// acks what still waits with the batch.
-func (e *earlyAcks) close() {
-	e.mu.Lock()
-	e.closed = true
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	e.mu.Unlock()
-}
-
-// add takes a success: it is acked now when ackEvery has passed since the
-// batch began and since the last early ack, else when the timer fires (a
-// quick batch closes first and acks it with the rest, in one round trip).
-func (e *earlyAcks) add(ctx context.Context, j *job) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return
-	}
-	e.ctx = ctx
-	e.waiting = append(e.waiting, j)
-	due := e.last.Add(ackEvery) // last starts as the batch's start and only moves on
-	if wait := time.Until(due); wait > 0 {
-		if e.timer == nil {
-			e.timer = time.AfterFunc(wait, e.fire)
-		}
-		return
-	}
-	e.flush()
-}
-
-// fire is the timer's: it sends what waits unless the batch closed.
-func (e *earlyAcks) fire() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.timer = nil
-	if !e.closed && len(e.waiting) > 0 {
-		e.flush()
-	}
-}
-
-// flush acks the waiting successes, with e.mu held. A failed ack is left
-// to the batch's settle.
-func (e *earlyAcks) flush() {
-	var acks ackSet
-	for _, w := range e.waiting {
-		acks.add(w)
-	}
-	wctx, cancel := e.r.writeCtx(e.ctx)
-	defer cancel()
-	lost, err := e.r.sendAcks(wctx, acks)
-	if err != nil {
-		e.r.c.Logger.Warn("could not ack finished entries early; the batch's ack retries", "entries", len(acks.ids), "error", err.Error())
-		return
-	}
-	for _, w := range e.waiting {
-		w.acked, w.lost = true, slices.Contains(lost, w.sid)
-	}
-	e.waiting, e.last = e.waiting[:0], time.Now()
 }

@@ -37,16 +37,13 @@ type run struct {
 	deadline time.Time // zero: no time budget
 	cursor   string    // XAUTOCLAIM cursor, carried across beats
 	lastBeat time.Time
-	// leaseHeld: gaps are left to catch up, but another consumer holds the
-	// lease. The run waits for it rather than exit idle with work left: a
-	// live holder finishes the gaps, a dead one's lease expires.
-	leaseHeld bool
-	// carry, while set, holds back the acks of a batch of new entries so
-	// that they travel with the next XREADGROUP (one round trip per batch
-	// instead of two); acks holds them until then. Redis applies an XACK as
-	// it arrives, even in a pipeline whose read then blocks.
-	carry bool
-	acks  ackSet
+	// ack sends every ack of the run (acker): carried with the next read,
+	// early, fenced by ownership, flushed at the end.
+	ack acker
+	// history is Payloads as a History (nil: none), resolved once.
+	history History
+	// gaps is the state of the run's catch-up from the archive.
+	gaps catchUpState
 	// batch is the size of the next read (Consumer.Count, or adapted).
 	batch int64
 	// window is how many first handler starts are recorded in one round
@@ -73,6 +70,8 @@ const (
 
 func newRun(c *Consumer, h Handler) *run {
 	r := &run{c: c, h: h, start: time.Now(), cursor: "0-0", batch: c.Count, window: 1}
+	r.ack.r = r
+	r.history, _ = c.Payloads.(History)
 	if r.batch <= 0 {
 		r.batch = autoCountMin
 	}
@@ -120,7 +119,7 @@ func (r *run) loop(ctx context.Context) error {
 		switch {
 		case got > 0 || claimed > 0:
 			quiet = time.Now()
-		case time.Since(quiet) >= r.c.Block && r.leaseHeld:
+		case time.Since(quiet) >= r.c.Block && r.gaps.leaseHeld:
 			if err := r.waitLease(ctx); err != nil {
 				return err
 			}
@@ -212,7 +211,7 @@ func (r *run) beatIfDue(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	r.lastBeat = time.Now()
-	if err := r.flushAcks(ctx); err != nil { // our own handled entries are not for reclaiming
+	if err := r.ack.flush(ctx); err != nil { // our own handled entries are not for reclaiming
 		return 0, err
 	}
 	if err := r.checkGap(ctx); err != nil {
@@ -227,7 +226,7 @@ func (r *run) beatIfDue(ctx context.Context) (int, error) {
 // History, recorded as gaps in the claim's own atomic step and caught up
 // from the archive; without one they are dead-lettered as trimmed.
 func (r *run) beat(ctx context.Context) (int, error) {
-	_, history := r.c.Payloads.(History)
+	history := r.history != nil
 	total, recorded := 0, 0
 	for !r.stopped(ctx) {
 		readAt := time.Now()
@@ -300,13 +299,14 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 // not handled (the run stopped, or failed) stay pending for this consumer,
 // counted as abandoned; its next run drains them first.
 func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage, readAt time.Time) (int, error) {
-	_, history := r.c.Payloads.(History) // its reads go through a script
-	r.carry = r.c.DedupeTTL == 0 && !history
-	defer func() { r.carry = false }()
+	// A history's reads go through a script, and dedupe markers are written
+	// before the ack: neither carries acks with the next read.
+	r.ack.carrying = r.c.DedupeTTL == 0 && r.history == nil
+	defer func() { r.ack.carrying = false }()
 	total, src := 0, fromNew
 	for len(msgs) > 0 {
 		var next <-chan prefetched
-		if r.carry {
+		if r.ack.carrying {
 			if src == fromNew {
 				// Before the read ahead goes out: written beside it, the
 				// step waited in Redis behind the read of up to 1,000
@@ -353,14 +353,15 @@ const redisTick = 100 * time.Millisecond
 // read goes through the script that records gaps first; a blocking read
 // only returns entries appended while it waits, after which no gap can hide.
 func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
-	if _, ok := r.c.Payloads.(History); ok {
+	if r.history != nil {
 		msgs, err := r.c.io.readNewRecordingGaps(ctx, r.count())
 		if err != nil || len(msgs) > 0 || block < 0 {
 			return msgs, err
 		}
 	}
-	msgs, ackErr, err := r.c.io.readNew(ctx, block, r.count(), r.acks)
-	if err := r.acked(ackErr); err != nil {
+	carried := r.ack.take()
+	msgs, ackErr, err := r.c.io.readNew(ctx, block, r.count(), carried)
+	if err := r.ack.sent(carried, ackErr); err != nil {
 		return nil, err
 	}
 	return msgs, err
@@ -386,8 +387,7 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 	if count < 1 || r.stopped(ctx) || time.Since(r.lastBeat) >= r.c.ClaimEvery {
 		return nil
 	}
-	acks := r.acks
-	r.acks = ackSet{} // the prefetch owns them now
+	acks := r.ack.take() // the prefetch sends them; a failure fails the run
 	out := make(chan prefetched, 1)
 	at := time.Now()
 	go func() {
