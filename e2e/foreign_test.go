@@ -12,6 +12,7 @@ import (
 
 	"github.com/silt-dev/silt/internal/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
 )
 
 // TestForeign_PlainXAddEntriesAreFirstClass: a stream written by silt and
@@ -94,4 +95,75 @@ func TestForeign_PlainXAddEntriesAreFirstClass(t *testing.T) {
 		}
 	}
 	report(t, scenario{Name: "a stream half written by plain XADD * (no id field): worker, archive, read, export", Runs: 4, counts: counts{Entries: len(want)}})
+}
+
+// TestForeign_StreamUnderItsOwnKey: streams that other producers write
+// under their own key names (`orders`, `app:{tenant}:events`) are adopted
+// with --key: worker, archiver, merged read and both statuses work on them,
+// on one Redis and on a Redis Cluster (silt's keys share the stream key's
+// hash tag, so its scripts and MULTIs stay in one slot).
+func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		srv  func(*testing.T) redisUnderTest
+	}{
+		{"single", func(t *testing.T) redisUnderTest { return testserver.Redis(t) }},
+		{"cluster", func(t *testing.T) redisUnderTest { return testserver.Cluster(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.srv(t)
+			rdb := srv.Universal(t)
+			ctx := context.Background()
+			if tc.name == "single" { // silt's ACL user gets the adopted keys, as docs/security.md says
+				if err := rdb.Do(ctx, "ACL", "SETUSER", testserver.SiltUser, "~orders", "~app:*").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, key := range []string{"orders", "app:{tenant}:events"} {
+				dir := t.TempDir()
+				env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_KEY=" + key, "SILT_GROUP=g",
+					"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+				var want []string
+				for i := range 60 {
+					sid, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: map[string]any{"n": fmt.Sprint(i)}}).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					id, _ := brand.FromStreamID(brand.EVT, sid)
+					want = append(want, id.String())
+				}
+				rec := filepath.Join(dir, "handled")
+				out := silt(t, "", env, "worker", append([]string{"run", "--block", "100ms"}, recordingHandler(rec)...)...)
+				got := handled(t, rec)
+				if len(got) != len(want) || !strings.Contains(out, `"acked":60`) {
+					t.Fatalf("%s: worker %s; handled %d of %d", key, out, len(got), len(want))
+				}
+				silt(t, "", env, "archiver", "run", "--keep-last", "10", "--exact")
+				if n := rdb.XLen(ctx, key).Val(); n != 10 {
+					t.Fatalf("%s holds %d entries after archiving all but 10", key, n)
+				}
+				lines := strings.Split(strings.TrimSpace(silt(t, "", env, "archiver", "read")), "\n")
+				if len(lines) != len(want) {
+					t.Fatalf("%s: read %d of %d", key, len(lines), len(want))
+				}
+				for i, line := range lines {
+					var r struct{ ID, Source string }
+					json.Unmarshal([]byte(line), &r)
+					if r.ID != want[i] || (i < 50) != (r.Source == "archive") {
+						t.Fatalf("%s line %d: %s, want %s", key, i, line, want[i])
+					}
+				}
+				silt(t, "", env, "archiver", "status")
+				if st := silt(t, "", env, "worker", "status"); !strings.Contains(st, key) {
+					t.Fatalf("worker status of %s: %s", key, st)
+				}
+				// silt's own keys for it are in the key's slot.
+				for _, k := range rdb.Keys(ctx, "emq:{"+stream.HashTag(key)+"}:*").Val() {
+					if stream.HashTag(k) != stream.HashTag(key) {
+						t.Fatalf("key %s is not in %s's slot", k, key)
+					}
+				}
+			}
+		})
+	}
 }

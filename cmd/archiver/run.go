@@ -107,6 +107,9 @@ type target struct {
 	Queue  string
 	Stream string
 	Dead   string // group, for a dead-letter stream
+	// own is the keyspace of a stream under its own key (--key); nil for
+	// silt's own streams.
+	own *stream.Keyspace
 }
 
 func (t target) String() string {
@@ -151,15 +154,19 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if (len(streamsOf(c)) == 0) == !c.Bool("all") {
-		return clix.Usagef("--stream", "give --stream NAME (repeatable) or --all, not both")
+	keyed := c.String(clix.FlagKey) != ""
+	if keyed && c.Bool("all") {
+		return clix.Usagef("--key", "give --key, or --all, not both")
+	}
+	if !keyed && (len(streamsOf(c)) == 0) == !c.Bool("all") {
+		return clix.Usagef("--stream", "give --stream NAME (repeatable), --key KEY or --all, not both")
 	}
 	for _, name := range streamsOf(c) {
 		if err := stream.ValidateName("stream", name); err != nil {
 			return clix.Usagef("--stream", "%v", err)
 		}
 	}
-	if !c.Bool("all") && c.String(clix.FlagQueue) == "" {
+	if !keyed && !c.Bool("all") && c.String(clix.FlagQueue) == "" {
 		return clix.Usagef("--queue", "required with --stream (or SILT_QUEUE); --all without --queue covers every queue")
 	}
 	if c.Int("concurrency") < 1 || c.Int64("slice-entries") < 1 || c.Int64("slice-bytes") < 1 {
@@ -277,8 +284,11 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, er
 
 func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progress) streamResult {
 	r := streamResult{Queue: t.Queue, Stream: t.Stream, Group: t.Dead, Policy: "flags"}
-	ks, err := stream.NewKeyspace(e.target.Keyspace.Prefix, t.Queue)
-	if err != nil {
+	var ks stream.Keyspace
+	var err error
+	if t.own != nil {
+		ks = *t.own
+	} else if ks, err = stream.NewKeyspace(e.target.Keyspace.Prefix, t.Queue); err != nil {
 		r.fail(err)
 		return r
 	}
@@ -400,6 +410,13 @@ func (e *env) trimOnly(ctx context.Context, ks stream.Keyspace, name string, d a
 // dead-letter stream found by SCAN (of --queue, or of every queue), on every
 // master of a cluster.
 func findTargets(c *cli.Context, e *env) ([]target, error) {
+	if key := c.String(clix.FlagKey); key != "" {
+		ks, name, err := stream.KeyspaceFor(e.target.Keyspace.Prefix, key)
+		if err != nil {
+			return nil, clix.Usagef("--key", "%v", err)
+		}
+		return []target{{Queue: ks.Queue, Stream: name, own: &ks}}, nil
+	}
 	ks := e.target.Keyspace
 	if !c.Bool("all") {
 		var out []target

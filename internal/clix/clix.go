@@ -67,6 +67,7 @@ const (
 	FlagPrefix       = "prefix"
 	FlagQueue        = "queue"
 	FlagStream       = "stream"
+	FlagKey          = "key"
 	FlagKind         = "kind"
 	FlagLogFormat    = "log-format"
 	FlagLogLevel     = "log-level"
@@ -86,6 +87,8 @@ func CommonFlags() []cli.Flag {
 		&cli.StringFlag{Name: FlagPrefix, EnvVars: EnvVars("PREFIX"), Value: stream.DefaultPrefix, Usage: "key prefix"},
 		&cli.StringFlag{Name: FlagQueue, EnvVars: EnvVars("QUEUE"), Usage: "queue name (the hash tag of every key)"},
 		&cli.StringFlag{Name: FlagStream, EnvVars: EnvVars("STREAM"), Usage: "stream name"},
+		&cli.StringFlag{Name: FlagKey, EnvVars: EnvVars("KEY"),
+			Usage: "a stream under its own key (orders, app:{tenant}:events), instead of --queue and --stream: silt's keys for it share its hash tag, so its Cluster slot"},
 		&cli.StringFlag{Name: FlagKind, EnvVars: EnvVars("KIND"),
 			Usage: "kind of branded id the stream holds: recorded by its first append (EVT when not given), a check afterwards"},
 		&cli.StringFlag{Name: FlagLogFormat, EnvVars: EnvVars("LOG_FORMAT"), Value: "text", Usage: "log format: text or json"},
@@ -100,8 +103,12 @@ type Target struct {
 	Kind     brand.Kind
 }
 
-// ParseTarget validates --prefix, --queue, --stream and --kind.
+// ParseTarget validates --prefix, --queue, --stream and --kind, or --key
+// (a stream under its own key) in place of --queue and --stream.
 func ParseTarget(c *cli.Context) (Target, error) {
+	if key := c.String(FlagKey); key != "" {
+		return parseKey(c, key)
+	}
 	t, err := ParseQueue(c)
 	if err != nil {
 		return t, err
@@ -114,6 +121,23 @@ func ParseTarget(c *cli.Context) (Target, error) {
 	}
 	t.Stream = c.String(FlagStream)
 	return t, nil
+}
+
+// parseKey is ParseTarget for --key, which replaces --queue and --stream:
+// the stream's own key, its keyspace and the name silt's keys use for it.
+func parseKey(c *cli.Context, key string) (Target, error) {
+	if err := stream.ValidateName("prefix", c.String(FlagPrefix)); err != nil {
+		return Target{}, Usagef("--prefix", "%v", err)
+	}
+	kind, err := parseKind(c)
+	if err != nil {
+		return Target{}, err
+	}
+	ks, name, err := stream.KeyspaceFor(c.String(FlagPrefix), key)
+	if err != nil {
+		return Target{}, Usagef("--key", "%v", err)
+	}
+	return Target{Keyspace: ks, Stream: name, Kind: kind}, nil
 }
 
 // ParseQueue validates --prefix, --queue and --kind (Stream stays empty).
@@ -136,14 +160,23 @@ func ParsePrefix(c *cli.Context) (Target, error) {
 			return Target{}, Usagef("--queue", "%v", err)
 		}
 	}
-	var kind brand.Kind
-	if s := c.String(FlagKind); s != "" {
-		if _, err := brand.ParseKind(s); err != nil {
-			return Target{}, Usagef("--kind", "%v", err)
-		}
-		kind = brand.Kind(s) // a kind not built in is judged against the stream (ResolveKind)
+	kind, err := parseKind(c)
+	if err != nil {
+		return Target{}, err
 	}
 	return Target{Keyspace: ks, Kind: kind}, nil
+}
+
+// parseKind validates --kind ("" when not given).
+func parseKind(c *cli.Context) (brand.Kind, error) {
+	s := c.String(FlagKind)
+	if s == "" {
+		return "", nil
+	}
+	if _, err := brand.ParseKind(s); err != nil {
+		return "", Usagef("--kind", "%v", err)
+	}
+	return brand.Kind(s), nil // a kind not built in is judged against the stream (ResolveKind)
 }
 
 // ResolveKind returns the kind of stream name in t's keyspace: the one

@@ -77,7 +77,23 @@ var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")
 // by '.', each with '_' and '.' escaped so that distinct streams never share
 // a volume.
 func VolumeName(ks stream.Keyspace, name string) string {
-	return escaper.Replace(ks.Prefix) + "." + escaper.Replace(ks.Queue) + "." + escaper.Replace(name)
+	return escapeVolume(ks.Prefix) + "." + escapeVolume(ks.Queue) + "." + escapeVolume(name)
+}
+
+// escapeVolume escapes '_' and '.', and any byte a key segment cannot hold
+// (a queue taken from a stream key's hash tag may hold ':'), as _XX.
+func escapeVolume(s string) string {
+	s = escaper.Replace(s)
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "_%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // volumeOf names the volume of a log: a group's dead letters get

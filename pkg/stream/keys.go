@@ -29,9 +29,61 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
+//
+// A stream adopted under its own key (KeyspaceFor) keeps that key; its queue
+// is the key's hash tag (the key itself when it has none), so every key
+// above lands in the stream key's Redis Cluster slot.
 type Keyspace struct {
 	Prefix string
 	Queue  string
+	// own is the stream's own key, and ownName the name silt's other keys
+	// use for it ("" for a keyspace of silt's own streams).
+	own, ownName string
+}
+
+// KeyspaceFor returns the keyspace of a stream that lives under its own key
+// (a stream other producers already write, such as "orders" or
+// "app:{tenant}:events"), and the name silt's keys use for it: the key with
+// every byte outside [A-Za-z0-9.-] escaped as _XX. The queue is the key's
+// hash tag, as Redis Cluster reads it, so silt's keys share the key's slot.
+func KeyspaceFor(prefix, key string) (Keyspace, string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateName("prefix", prefix); err != nil {
+		return Keyspace{}, "", err
+	}
+	if key == "" || len(key) > maxNameLen || strings.ContainsAny(key, "\r\n\x00") {
+		return Keyspace{}, "", fmt.Errorf("stream key %.40q: 1 to %d bytes, no line breaks: %w", key, maxNameLen, ErrBadName)
+	}
+	name := escapeKey(key)
+	if len(name) > maxNameLen {
+		return Keyspace{}, "", fmt.Errorf("stream key %.40q: too long once escaped (%d bytes, at most %d): %w", key, len(name), maxNameLen, ErrBadName)
+	}
+	return Keyspace{Prefix: prefix, Queue: HashTag(key), own: key, ownName: name}, name, nil
+}
+
+// HashTag returns the part of key Redis Cluster hashes: the bytes between
+// the first '{' and the next '}' when there are any, else the whole key.
+func HashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+func escapeKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; nameByte(c) && c != '_' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "_%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // NewKeyspace validates prefix and queue. An empty prefix means DefaultPrefix.
@@ -76,7 +128,12 @@ func nameByte(c byte) bool {
 func (k Keyspace) base() string { return k.Prefix + ":{" + k.Queue + "}:" }
 
 // Stream returns the key of a stream. The name must have passed ValidateName.
-func (k Keyspace) Stream(name string) string { return k.base() + "stream:" + name }
+func (k Keyspace) Stream(name string) string {
+	if k.own != "" && name == k.ownName {
+		return k.own
+	}
+	return k.base() + "stream:" + name
+}
 
 // Done returns the dedupe marker key of an entry handled by a group.
 func (k Keyspace) Done(stream, group, id string) string {

@@ -73,3 +73,24 @@ func TestParseKey(t *testing.T) {
 		}
 	}
 }
+
+// A stream under its own key keeps it; silt's keys for it take its hash
+// tag (the key itself without one), so they share its Cluster slot.
+func TestKeyspaceFor(t *testing.T) {
+	for _, tc := range []struct{ key, tag, name string }{
+		{"orders", "orders", "orders"},
+		{"app:{tenant}:events", "tenant", "app_3A_7Btenant_7D_3Aevents"},
+		{"a_b", "a_b", "a_5Fb"},
+	} {
+		ks, name, err := stream.KeyspaceFor("", tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != tc.name || ks.Queue != tc.tag || ks.Stream(name) != tc.key || stream.HashTag(ks.Kinds()) != tc.tag {
+			t.Errorf("%s: name %q queue %q stream %q kinds %q", tc.key, name, ks.Queue, ks.Stream(name), ks.Kinds())
+		}
+	}
+	if _, _, err := stream.KeyspaceFor("", "bad\nkey"); !errors.Is(err, stream.ErrBadName) {
+		t.Errorf("a key with a line break: %v", err)
+	}
+}
