@@ -339,8 +339,8 @@ func TestArchiver_CorruptionIsNamedAndPullRepairs(t *testing.T) {
 	}
 	flipByte(t, remoteSegs[2])
 	_, errOut, err = runArchiver(env, "verify")
-	if err == nil || !strings.Contains(errOut, "emq.cm.events/commits/"+filepath.Base(remoteSegs[2])) {
-		t.Fatalf("verify of a corrupt remote object: %v %s", err, errOut)
+	if err == nil || !strings.Contains(errOut, "emq.cm.events/commits/"+filepath.Base(remoteSegs[2])) || !strings.Contains(errOut, "repair: restore the named object") {
+		t.Fatalf("verify of a corrupt remote object: %v %s; want the object and its repair named", err, errOut)
 	}
 }
 

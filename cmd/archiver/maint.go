@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -112,11 +113,11 @@ func verifyCommand() *cli.Command {
 		Action: onArchive(false, func(c *cli.Context, e *env, a *archive.Archive) error {
 			remote, err := a.Volume().VerifyRemote(c.Context)
 			if err != nil {
-				return fmt.Errorf("remote: %w", err)
+				return fmt.Errorf("remote: %w%s", err, remoteRepair(err))
 			}
 			marks, err := a.VerifyWatermarks(c.Context)
 			if err != nil {
-				return fmt.Errorf("remote: %w", err)
+				return fmt.Errorf("remote: %w%s", err, remoteRepair(err))
 			}
 			local, err := a.Volume().VerifyLocal(c.Context)
 			if err != nil {
@@ -132,6 +133,21 @@ func verifyCommand() *cli.Command {
 			return err
 		}),
 	}
+}
+
+// remoteRepair is the repair verify names for a remote fault (the
+// library names the object; the command names what to run).
+func remoteRepair(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, graft.ErrMissingCommits):
+		return " (repair: copy the named commits back from the bucket's versioning or a warm data directory, <data-dir>/<volume>/commits/; docs/operations.md, \"The remote is behind Redis's record\")"
+	case errors.Is(err, graft.ErrCorrupt) && (strings.Contains(msg, "checkpoint") || strings.Contains(msg, "index") || strings.Contains(msg, "node")):
+		return " (repair: archiver reindex rebuilds the checkpoint and its index from the commit chain)"
+	case errors.Is(err, graft.ErrCorrupt):
+		return " (repair: restore the named object from the bucket's versioning or from a data directory that verifies, byte for byte; docs/operations.md, \"A corrupt object or page file\"; archiver gc removes segments no commit references)"
+	}
+	return ""
 }
 
 func pullCommand() *cli.Command {
