@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,7 +48,7 @@ import (
 const defaultFaultSeeds = "1-40"
 
 func TestFaultSchedule(t *testing.T) {
-	seeds, err := parseSeeds(cmpOr(os.Getenv("SILT_FAULT_SEEDS"), defaultFaultSeeds))
+	seeds, err := parseSeeds(cmp.Or(os.Getenv("SILT_FAULT_SEEDS"), defaultFaultSeeds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +61,6 @@ func TestFaultSchedule(t *testing.T) {
 		})
 	}
 	report(t, scenario{Name: "archive protocol under seeded fault schedules", Runs: runs, Faults: faults, Detected: refused})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // parseSeeds reads "1-6" or "3,9,12".
@@ -320,19 +314,9 @@ func (w *faultWorld) archiveLoop() {
 	}
 	w.refusals += refused
 	w.step("archive --loop %s stopped by %v after %d passes (%d refused): %v %s", temp, sig, passes, refused, err, firstLine(errOut.String()))
-	if code := exitStatusOf(err); sig == syscall.SIGTERM && code != 0 && code != 3 {
+	if code := exitStatus(err); sig == syscall.SIGTERM && code != 0 && code != 3 {
 		w.failf("archive --loop stopped by SIGTERM: exit %d", code)
 	}
-}
-
-func exitStatusOf(err error) int {
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -2
-	}
-	return 0
 }
 
 // maintain runs compaction or gc (some with --drop-old-commits).
