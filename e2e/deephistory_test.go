@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // coldIDs runs `archiver read` with env (a fresh data directory: a cold

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/clix"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
+	fences3 "github.com/silt-dev/silt/pkg/fence/s3"
 )
 
 // TestEncryption_AtRest archives with a key to MinIO and to a local
@@ -91,7 +91,7 @@ func rawObjects(t *testing.T, kind, url string, minio testserver.S3Server, dir s
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	st, err := clix.OpenStore(context.Background(), url, fence.ReadOnly)
+	st, err := fences3.OpenURL(context.Background(), url, fence.ReadOnly)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,11 +20,11 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2" // the SQL engine auditors use, reading the files as they would
 	"github.com/redis/go-redis/v9"
 
-	"github.com/silt-dev/silt/internal/clix"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/export"
 	"github.com/silt-dev/silt/pkg/fence"
+	fences3 "github.com/silt-dev/silt/pkg/fence/s3"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -354,7 +354,7 @@ func copyDown(t *testing.T, s3 testserver.S3Server, url, dir string) []string {
 		t.Setenv(k, v)
 	}
 	ctx := context.Background()
-	st, err := clix.OpenStore(ctx, url, fence.ReadOnly)
+	st, err := fences3.OpenURL(ctx, url, fence.ReadOnly)
 	if err != nil {
 		t.Fatal(err)
 	}

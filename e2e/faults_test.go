@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/faultproxy"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/faultproxy"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // looper runs one silt command again and again until stopped, counting runs

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // docExample returns the first fenced block of lang in docs/pipe.md: the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 )
 

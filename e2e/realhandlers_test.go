@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // Handlers that take real time, as users' do: the matrix of handler

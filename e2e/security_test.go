@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // TestSecurity_MinIOOverHTTPS: the archiver talks HTTPS to a MinIO with a

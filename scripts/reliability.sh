@@ -40,5 +40,5 @@ if [ "$status" != 0 ]; then
 	exit 1
 fi
 machine="$(date -u +%Y-%m-%d), $(nproc) cores, $(go version | cut -d' ' -f3), redis-server $(redis-server --version | grep -oE 'v=[0-9.]+' | cut -c3-)"
-go run ./internal/reltable "$report" "$tier" RELIABILITY.md "$machine"
+go run ./internal/testing/reltable "$report" "$tier" RELIABILITY.md "$machine"
 echo "reliability: RELIABILITY.md ($tier tier) rewritten"

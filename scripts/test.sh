@@ -58,4 +58,4 @@ SILT_RELIABILITY_REPORT=$(mktemp)
 export SILT_RELIABILITY_REPORT
 go test -race -count=1 -timeout 30m ./e2e/...
 step "reliability figures (RELIABILITY.md explains them)"
-go run ./internal/reltable "$SILT_RELIABILITY_REPORT" fast
+go run ./internal/testing/reltable "$SILT_RELIABILITY_REPORT" fast

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/export"

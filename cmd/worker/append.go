@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/stream"
 )

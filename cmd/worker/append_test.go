@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 )
 

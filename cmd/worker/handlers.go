@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/urfave/cli/v2"
 
-	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/internal/jsonx"
 	"github.com/silt-dev/silt/pkg/stream"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // The stream's first append records its kind; later commands take it from

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/cmd/internal/clix"
 )
 
 func main() {

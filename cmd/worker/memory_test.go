@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // A Redis that may evict keys is refused (it deletes dead-letter streams and

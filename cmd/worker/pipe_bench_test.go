@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 

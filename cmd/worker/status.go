@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/silt-dev/silt/internal/clix"
+	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/internal/telemetry"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/stream"

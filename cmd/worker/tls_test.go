@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // TestAppend_TLS: rediss:// to a TLS-only redis-server works with the test

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 

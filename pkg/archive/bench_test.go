@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/benchratio"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/benchratio"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/export"

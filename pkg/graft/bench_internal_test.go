@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 )
 
 // BenchmarkSegmentWrite_Ratio compares encoding a segment and writing it

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/silt-dev/silt/internal/benchratio"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/graft"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
 // TestClaimScript_RecordsDeletedAsGaps: entries trimmed while pending come

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silt-dev/silt/internal/faultproxy"
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/faultproxy"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/fence/s3"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/silt-dev/silt/internal/testserver"
+	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/fence/fencetest"
 	"github.com/silt-dev/silt/pkg/fence/s3"

@@ -3,7 +3,7 @@
 // it, and with a file argument rewrites that tier's block in the file
 // (between "<!-- TIER tier: begin -->" and "<!-- TIER tier: end -->").
 //
-//	go run ./internal/reltable REPORT-FILE TIER [RELIABILITY.md "machine line"]
+//	go run ./internal/testing/reltable REPORT-FILE TIER [RELIABILITY.md "machine line"]
 package main
 
 import (

@@ -9,7 +9,7 @@ import (
 // TestACLDocumented keeps docs/security.md's ACL rule equal to SiltACL, the
 // rule every test server gives the silt user.
 func TestACLDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/security.md")
+	b, err := os.ReadFile("../../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
