@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -135,14 +134,14 @@ func verifyCommand() *cli.Command {
 	}
 }
 
-// remoteRepair is the repair verify names for a remote fault (the
-// library names the object; the command names what to run).
+// remoteRepair is the repair verify names for a corrupt remote object (the
+// library names the object; the command names what to run). Missing
+// commits get theirs from clix.Run, whichever command met them.
 func remoteRepair(err error) string {
-	msg := err.Error()
 	switch {
 	case errors.Is(err, graft.ErrMissingCommits):
-		return " (repair: copy the named commits back from the bucket's versioning or a warm data directory, <data-dir>/<volume>/commits/; docs/operations.md, \"The remote is behind Redis's record\")"
-	case errors.Is(err, graft.ErrCorrupt) && (strings.Contains(msg, "checkpoint") || strings.Contains(msg, "index") || strings.Contains(msg, "node")):
+		return ""
+	case errors.Is(err, graft.ErrCorrupt) && errors.Is(err, graft.ErrBadIndex):
 		return " (repair: archiver reindex rebuilds the checkpoint and its index from the commit chain)"
 	case errors.Is(err, graft.ErrCorrupt):
 		return " (repair: restore the named object from the bucket's versioning or from a data directory that verifies, byte for byte; docs/operations.md, \"A corrupt object or page file\"; archiver gc removes segments no commit references)"

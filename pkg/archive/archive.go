@@ -121,13 +121,14 @@ type OpenOptions struct {
 
 // OpenWith is Open with options.
 func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.Store, opt OpenOptions) (*Archive, error) {
-	vol, err := graft.OpenWith(ctx, dataDir, volumeOf(log), store, graft.Options{KeepMeta: []string{metaW}, Warn: opt.Warn})
+	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, ConsistencyWait: DefaultConsistencyWait,
+		log: log, warn: opt.Warn}
+	vol, err := graft.OpenWith(ctx, dataDir, volumeOf(log), store,
+		graft.Options{KeepMeta: []string{metaW}, Warn: opt.Warn, Failpoint: a.failpoint})
 	if err != nil {
 		return nil, err
 	}
-	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, ConsistencyWait: DefaultConsistencyWait,
-		log: log, vol: vol, warn: opt.Warn}
-	vol.Failpoint = a.failpoint
+	a.vol = vol
 	return a, nil
 }
 

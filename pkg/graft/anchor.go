@@ -16,11 +16,6 @@ import (
 // the remote against it with CommitAt and ReadBack: the remote's chain must
 // reach the anchor, and hold there the very commit recorded.
 
-// ErrUnreachable is wrapped by CommitAt when the chain from the head cannot
-// be followed down to the LSN asked for (a commit object missing below the
-// base checkpoint, or too far below it).
-var ErrUnreachable = errors.New("the commit chain does not reach this LSN")
-
 // anchorWalk bounds how many commit objects below the base checkpoint
 // CommitAt reads to reach an LSN: a writer records each commit it makes,
 // so the anchor sits within a checkpoint interval or two of the head.
@@ -53,7 +48,7 @@ func (v *Volume) CommitAt(ctx context.Context, lsn uint64) (*Commit, error) {
 	for at := base.LSN - 1; ; at-- {
 		c, err := v.getCommit(ctx, at)
 		if errors.Is(err, fence.ErrNotFound) {
-			return nil, fmt.Errorf("volume %s: commit %d is missing below checkpoint %d (dropped by gc --drop-old-commits?): %w",
+			return nil, fmt.Errorf("volume %s: commit %d is missing below checkpoint %d (dropped with the commits below a checkpoint?): %w",
 				v.name, at, base.LSN, ErrUnreachable)
 		}
 		if err != nil {

@@ -137,7 +137,7 @@ func TestCheckpoint_CorruptFallsBackToOlderThenChain(t *testing.T) {
 	open("every checkpoint corrupt", "checkpoint 32 unusable, trying the one before it", "checkpoint 16 unusable, reading the commit chain instead")
 	st.Delete(context.Background(), "vol/commits/00000000000000000005")
 	_, err = graft.Open(context.Background(), t.TempDir(), "vol", st)
-	if !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/00000000000000000005") || !strings.Contains(err.Error(), "archiver pull") {
+	if !errors.Is(err, graft.ErrMissingCommits) || !strings.Contains(err.Error(), "vol/commits/00000000000000000005") {
 		t.Fatalf("open with a corrupt checkpoint and a hole in the chain = %v", err)
 	}
 }
@@ -505,7 +505,7 @@ func TestVerify_MissingNewestCheckpointRootIsNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = v.VerifyRemote(ctx)
-	if !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), keys[0]) || !strings.Contains(err.Error(), "reindex") {
+	if !errors.Is(err, graft.ErrCorrupt) || !strings.Contains(err.Error(), keys[0]) || !errors.Is(err, graft.ErrBadIndex) {
 		t.Fatalf("verify without the newest checkpoint root: %v; want it named", err)
 	}
 	if _, err := v.RebuildIndex(ctx); err != nil {

@@ -3,7 +3,6 @@ package graft
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -59,9 +58,6 @@ type CompactResult struct {
 	Bytes    int64 `json:"bytes"`    // bytes of the merged segments
 	Entries  int64 `json:"entries"`  // live entries after it
 }
-
-// ErrNotMonotonic: the volume rewrites pages, so it is not compacted.
-var ErrNotMonotonic = errors.New("volume is not monotonic")
 
 // Compact merges runs of adjacent small entries, oldest first, each into
 // one segment committed by a compaction commit (which carries the latest
@@ -304,118 +300,4 @@ func (v *Volume) writeMerged(ctx context.Context, lsn uint64, run []Entry) (path
 		return "", 0, "", nil, 0, fmt.Errorf("write merged segment: %w", err)
 	}
 	return f.Name(), size, sum, ranges, pages, nil
-}
-
-// Prune moves the start of a monotonic volume's history forward: a prune
-// commit (format 2, no segment, the latest metadata carried forward) drops
-// every entry whose pages are all below page below, then a checkpoint
-// applies it. Readers that opened before it still read the dropped
-// segments until gc removes them after its grace. It returns how many
-// entries it dropped (0: none, and nothing is committed). A lost race to
-// another writer drops nothing and returns a *ConflictError.
-func (v *Volume) Prune(ctx context.Context, below uint64) (int, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if err := v.refresh(ctx); err != nil {
-		return 0, err
-	}
-	if len(v.tail) > 0 {
-		if _, err := v.checkpoint(ctx); err != nil {
-			return 0, err
-		}
-	}
-	if v.base == nil {
-		return 0, nil
-	}
-	if !v.base.Monotonic {
-		return 0, fmt.Errorf("prune volume %s: %w", v.name, ErrNotMonotonic)
-	}
-	n := 0
-	for ref, err := range v.leafRefs(ctx, v.base, nil) {
-		if err != nil {
-			return 0, err
-		}
-		if ref.Hi < below {
-			n += ref.Entries
-			continue
-		}
-		entries, err := v.leaf(ctx, ref)
-		if err != nil {
-			return 0, err
-		}
-		for _, e := range entries {
-			if e.hi() < below {
-				n++
-			}
-		}
-		break
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	c, err := v.commit(ctx, nil, maps.Clone(v.head().Meta), func(c *Commit) {
-		c.Version, c.PruneBelow, c.Segment, c.Ranges, c.Pages = compactionVersion, below, SegmentRef{}, nil, 0
-	})
-	if err != nil {
-		return 0, err
-	}
-	v.failpoint(failpoint.PruneCommitted)
-	if _, err := v.checkpoint(ctx); err != nil {
-		return n, fmt.Errorf("prune volume %s: checkpoint after prune commit %d: %w", v.name, c.LSN, err)
-	}
-	return n, nil
-}
-
-// RebuildIndex rebuilds the checkpoint index from the commit chain alone,
-// for an index that verify names corrupt (a leaf or branch is shared by
-// every later checkpoint, so a bad one would stay): it reads every commit,
-// replaces the root at the head with one whose nodes are all written anew,
-// and adopts it. After DropOldCommits the chain starts at a checkpoint:
-// its nodes, all checked, are kept, and only what the commits above it
-// change is written anew (see rebuildFrom). It holds every commit's entry
-// in memory while it works. It returns the LSN of the new checkpoint (0:
-// no commit above the chain's start, nothing to rebuild).
-func (v *Volume) RebuildIndex(ctx context.Context) (uint64, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.base, v.tail = nil, nil
-	if err := v.rebuildFrom(ctx); err != nil {
-		return 0, fmt.Errorf("rebuild index of volume %s: %w", v.name, err)
-	}
-	if len(v.tail) == 0 {
-		return 0, nil
-	}
-	// The root at the head may exist and name bad nodes: it goes first (a
-	// root is not a commit: the fence is on commits; a writer racing this
-	// one at the same LSN writes a root that names the same state).
-	key := v.checkpointKey(v.headLSN())
-	if err := v.store.Delete(ctx, key); err != nil && !errors.Is(err, fence.ErrNotFound) {
-		return 0, fmt.Errorf("rebuild index of volume %s: %w", v.name, err)
-	}
-	return v.checkpoint(ctx)
-}
-
-// rebuildFrom reads what a rebuilt index is made from: the whole chain,
-// or, when old commits were dropped, the checkpoint the chain starts at
-// (as verify finds it) and the commits above it. That checkpoint's index
-// is the genesis: every node is read and checked against its key and the
-// totals, and a bad one is an error naming it (the commits that made it
-// are gone); nodes written by later checkpoints are not read, and those
-// the commits above change are written anew.
-func (v *Volume) rebuildFrom(ctx context.Context) error {
-	plan, err := v.planChain(ctx)
-	if err != nil {
-		return err
-	}
-	if plan.start == 0 {
-		return v.linkChain(ctx, 1, plan.scan.keys, false)
-	}
-	key := plan.ckAt[plan.start]
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
-	ck, err := cv.seed(ctx, key)
-	if err != nil {
-		return fmt.Errorf("the chain starts at checkpoint %s (older commits were dropped), which cannot be rebuilt: %w", key, err)
-	}
-	v.base = ck
-	return v.linkChain(ctx, plan.start+1, plan.scan.above(plan.start), false)
 }

@@ -24,4 +24,15 @@
 // bounded by the checkpoint interval. Compact merges small segments; Prune
 // moves the history's start; GC deletes what no state a reader may hold
 // references. See docs/architecture.md, "Deep history".
+//
+// The code, a concept a file: volume.go (the handle and its options),
+// open.go (open, catch up, jump to a checkpoint, refresh), chain.go (the
+// commit chain: scan, read, link, plan, the start after a drop, fetch
+// ahead), commit.go (both commit paths) and commitformat.go (the commit
+// object), segment.go, checkpoint.go and index.go (the checkpoint and the
+// index it roots), read.go, compact.go, prune.go, reindex.go, verify.go,
+// pull.go, fetch.go (verified fetches, segments checked by ranges), gc.go,
+// anchor.go (a commit at an LSN, for the archive's proof), files.go (local
+// files) and errors.go. Opening a volume reads open.go, chain.go and
+// checkpoint.go only.
 package graft

@@ -131,3 +131,18 @@ func (v *Volume) writeCache(path string, b []byte) {
 		os.Remove(f.Name())
 	}
 }
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// writeCommitFile stores the local copy of a commit object and moves the
+// head hint (a hint: written without fsync, checked at open).
+func (v *Volume) writeCommitFile(lsn uint64, obj []byte) error {
+	if err := v.writeFile(v.localCommit(lsn), obj); err != nil {
+		return err
+	}
+	v.hint(lsn)
+	return nil
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,9 +23,6 @@ import (
 // MinGrace is the smallest grace GC accepts unless forced: a reader or a
 // writer in flight holds a state for at most this long.
 const MinGrace = time.Minute
-
-// ErrGraceTooShort: GC was asked for a grace under MinGrace.
-var ErrGraceTooShort = errors.New("gc grace too short")
 
 // GC removes what no state a reader may hold references, once older than
 // grace: segments no entry names (a crashed or losing upload leaves them,
@@ -251,12 +247,6 @@ func (v *Volume) DropOldCommits(ctx context.Context, grace time.Duration, force 
 	})
 }
 
-// droppedKey names the mark of a drop of the commits up to lsn; marks are
-// listed newest first.
-func (v *Volume) droppedKey(lsn uint64) string {
-	return v.name + "/dropped/" + fmt.Sprintf("%020d", math.MaxUint64-lsn)
-}
-
 // markDropped records, before a drop deletes anything, that the commits
 // up to lsn may be gone, and removes the marks it supersedes.
 func (v *Volume) markDropped(ctx context.Context, lsn uint64) error {
@@ -268,20 +258,6 @@ func (v *Volume) markDropped(ctx context.Context, lsn uint64) error {
 	_, err := v.deleteInOrder(ctx, "drop old commits of volume "+v.name, v.name+"/dropped/", v.droppedKey(lsn),
 		func(string) (bool, bool) { return true, false })
 	return err
-}
-
-// droppedUpTo reads the newest drop mark: commits up to it may be gone (0:
-// none dropped, or only by a build that left no mark).
-func (v *Volume) droppedUpTo(ctx context.Context) (uint64, error) {
-	keys, err := v.store.List(ctx, v.name+"/dropped/", "", 1)
-	if err != nil || len(keys) == 0 {
-		return 0, err
-	}
-	lsn, ok := checkpointLSN(keys[0])
-	if !ok {
-		return 0, fmt.Errorf("%w: drop mark %s", ErrCorrupt, keys[0])
-	}
-	return lsn, nil
 }
 
 // kept is what gc keeps of the checkpoints: the roots a reader may hold

@@ -15,18 +15,6 @@ import (
 	"slices"
 )
 
-// Errors of the package.
-var (
-	// ErrCorrupt: a checksum or structural check failed. The error names the
-	// file or object.
-	ErrCorrupt = errors.New("corrupt")
-	// ErrNewerFormat: the file or object was written by a newer format
-	// version; it is refused rather than misread.
-	ErrNewerFormat = errors.New("newer format version")
-	// ErrPageNotFound: no commit up to the requested LSN wrote the page.
-	ErrPageNotFound = errors.New("page not found")
-)
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc(b ...[]byte) uint32 {

@@ -37,6 +37,7 @@ func Run(ctx context.Context, app *cli.App, args []string, stdin io.Reader, stdo
 		return ExitOK
 	}
 	code := exitCode(err)
+	err = withRepair(err)
 	if jsonLogs(args) { // the last line is a log line like the others
 		slog.New(slog.NewJSONHandler(stderr, nil)).Error(app.Name+" failed", "error", err.Error(), "exit_code", code)
 	} else {
@@ -63,6 +64,23 @@ func refuseArgs(cmd *cli.Command) {
 		}
 		return action(c)
 	}
+}
+
+// withRepair adds to err the command that repairs what it names, for the
+// faults of an archive any command may meet when it opens one (package
+// graft names the fault and the objects; the commands are ours).
+func withRepair(err error) error {
+	switch {
+	case errors.Is(err, graft.ErrDropped):
+		return fmt.Errorf("%w (they were dropped by archiver gc --drop-old-commits)", err)
+	case errors.Is(err, graft.ErrMissingCommits):
+		return fmt.Errorf("%w (repair: copy the named commits back from the bucket's versioning or from a data directory "+
+			"that still has them, <data-dir>/<volume>/commits/, or run archiver pull from that directory; archiver verify "+
+			"shows what is left; docs/operations.md, \"The remote is behind Redis's record\")", err)
+	case errors.Is(err, graft.ErrUnreachable):
+		return fmt.Errorf("%w (archiver gc --drop-old-commits removes the commits below a checkpoint)", err)
+	}
+	return err
 }
 
 // exitCode is the exit status of a command's error.

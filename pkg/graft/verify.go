@@ -12,7 +12,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/silt-dev/silt/pkg/fence"
 )
@@ -64,56 +63,74 @@ func (v *Volume) VerifyRemote(ctx context.Context) (VerifyReport, error) {
 	chain := plan.scan.above(start)
 	rep.ChainStart, rep.Unchained = start, plan.scan.keys-chain
 	listed := maps.Clone(ckAt)
-	var head *Commit
 	for lsn := range ckAt {
 		if lsn <= start && start > 0 { // the chain's genesis, and roots before it: nothing to check them against
 			delete(ckAt, lsn)
 		}
 	}
-	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, start+1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
-		if err != nil {
-			return rep, fmt.Errorf("verify volume %s: %w", v.name, err)
+	head, err := cv.walk(ctx, "verify", start, chain, &rep, func(f verified) error {
+		if err := cv.checkSegment(ctx, "commit "+f.key, f.c, f, &rep); err != nil {
+			return err
 		}
-		i++
-		key, c := f.key, f.c
-		if f.bad != nil {
-			return rep, f.bad
-		}
-		if err := checkLink(v.name, c, start+uint64(i), cv.prev); err != nil {
-			return rep, fmt.Errorf("%s: %w", key, err)
-		}
-		if err := cv.add(key, c); err != nil {
-			return rep, err
-		}
-		if err := cv.checkSegment(ctx, "commit "+key, c, f, &rep); err != nil {
-			return rep, err
-		}
-		if ck, ok := ckAt[c.LSN]; ok {
+		if ck, ok := ckAt[f.c.LSN]; ok {
 			// Every checkpoint's commit and totals; the newest one's entries too.
-			if err := cv.checkpoint(ctx, ck, c.LSN == newestCk); err != nil {
-				return rep, err
+			if err := cv.checkpoint(ctx, ck, f.c.LSN == newestCk); err != nil {
+				return badIndex(err)
 			}
-			delete(ckAt, c.LSN)
+			delete(ckAt, f.c.LSN)
 			rep.Checkpoints++
 		}
-		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
-		head = c
+		return nil
+	})
+	if err != nil {
+		return rep, err
 	}
 	// The checkpoint the newest commit builds on is the one readers open
 	// from; gone (and none newer), they fall back to the chain in silence.
 	// Name it here.
 	if head != nil && head.Base > start && newestCk < head.Base {
 		if _, ok := listed[head.Base]; !ok {
-			return rep, fmt.Errorf("checkpoint %s: %w: the newest commit %d builds on checkpoint %d, which the remote does not hold (readers fall back to the commit chain); rebuild it from the chain (reindex)",
-				v.checkpointKey(head.Base), ErrCorrupt, head.LSN, head.Base)
+			return rep, badIndex(fmt.Errorf("checkpoint %s: %w: the newest commit %d builds on checkpoint %d, which the remote does not hold (readers fall back to the commit chain)",
+				v.checkpointKey(head.Base), ErrCorrupt, head.LSN, head.Base))
 		}
 	}
 	for lsn, k := range ckAt {
-		return rep, fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's last commit %d", k, ErrCorrupt, lsn, start+uint64(chain))
+		return rep, badIndex(fmt.Errorf("checkpoint %s: %w: at LSN %d, beyond the chain's last commit %d", k, ErrCorrupt, lsn, start+uint64(chain)))
 	}
 	rep.Entries = len(cv.entries)
 	return rep, cv.gone(ctx)
+}
+
+// walk follows the chain's chain commits above start, fetched ahead: each
+// is checked as the next link and added to the verifier's entries before
+// visit sees it (its segment fetched, missing, or left for a ranged read),
+// then counted in rep. It returns the last commit. verify and pull share
+// it; op names which in errors.
+func (cv *chainVerifier) walk(ctx context.Context, op string, start uint64, chain int, rep *VerifyReport, visit func(verified) error) (*Commit, error) {
+	v := cv.v
+	var head *Commit
+	i := 0
+	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, start+1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
+		if err != nil {
+			return head, fmt.Errorf("%s volume %s: %w", op, v.name, err)
+		}
+		i++
+		if f.bad != nil {
+			return head, f.bad
+		}
+		if err := checkLink(v.name, f.c, start+uint64(i), cv.prev); err != nil {
+			return head, fmt.Errorf("%s: %w", f.key, err)
+		}
+		if err := cv.add(f.key, f.c); err != nil {
+			return head, err
+		}
+		if err := visit(f); err != nil {
+			return head, err
+		}
+		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(f.c.Pages)
+		head = f.c
+	}
+	return head, nil
 }
 
 // checkSegment checks the segment f holds for c, or reads it by ranges
@@ -188,74 +205,6 @@ func (v *Volume) seededSegments(ctx context.Context, key string, ck *checkpoint)
 		return f, nil
 	}
 	return fetchAhead(ctx, entries, ahead{n: verifyAhead}, nil, fetch)
-}
-
-// chainPlan is what verify and pull walk: the remote's checkpoints by LSN,
-// the commit listing, and where the chain starts (0: at its first commit;
-// otherwise the checkpoint at that LSN, where a drop left it).
-type chainPlan struct {
-	ckAt     map[uint64]string
-	newestCk uint64
-	scan     chainScan
-	start    uint64
-}
-
-// planChain lists the checkpoints and the commits and finds where the
-// chain starts. Commits missing above that start are an error naming them
-// all, before anything is read.
-func (v *Volume) planChain(ctx context.Context) (chainPlan, error) {
-	plan := chainPlan{ckAt: map[uint64]string{}}
-	cks, err := v.store.List(ctx, v.name+"/checkpoints/", "", 0)
-	if err != nil {
-		return plan, err
-	}
-	for _, k := range cks {
-		if lsn, ok := checkpointLSN(k); ok {
-			plan.ckAt[lsn], plan.newestCk = k, max(plan.newestCk, lsn)
-		}
-	}
-	dropped, err := v.droppedUpTo(ctx)
-	if err != nil {
-		return plan, err
-	}
-	// The whole listing is read twice, a page at a time: every missing
-	// commit is named before anything is read, and a chain of a million
-	// commits is never held as a million keys.
-	if plan.scan, err = v.scanChain(ctx); err != nil {
-		return plan, err
-	}
-	plan.start = chainStart(plan.scan, dropped, plan.ckAt)
-	if missing := plan.scan.missing(plan.start); len(missing) > 0 {
-		return plan, fmt.Errorf("%w: %s", ErrMissingCommits, strings.Join(missing, ", "))
-	}
-	return plan, nil
-}
-
-// listed yields the keys under prefix in order, listing gcPage at a time.
-func (v *Volume) listed(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return v.listedAfter(ctx, prefix, "")
-}
-
-// listedAfter is listed from the first key after after ("": from the first).
-func (v *Volume) listedAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
-	return func(yield func(string, error) bool) {
-		for {
-			keys, err := v.store.List(ctx, prefix, after, gcPage)
-			if err != nil {
-				yield("", err)
-				return
-			}
-			for _, k := range keys {
-				if !yield(k, nil) {
-					return
-				}
-			}
-			if len(keys) < gcPage {
-				return
-			}
-			after = keys[len(keys)-1]
-		}
-	}
 }
 
 // chainVerifier follows the chain in order and keeps the volume's entries
@@ -373,49 +322,6 @@ func (cv *chainVerifier) checkpoint(ctx context.Context, key string, full bool) 
 		}
 	}
 	return nil
-}
-
-// chainStart finds the LSN the commit chain starts after: 0 while no
-// commit is missing up to dropped, the LSN a drop of old commits
-// (DropOldCommits) may have deleted up to; otherwise the oldest
-// checkpoint at or above the highest commit missing there, whose entries
-// then seed the verifier. The commits below it are what a drop that did
-// not finish left (stopped by its limit, an error or a kill), never
-// chained; the next drop deletes them. Commits missing above dropped are
-// never forgiven. With no commit left at all, the newest checkpoint.
-func chainStart(scan chainScan, dropped uint64, ckAt map[uint64]string) uint64 {
-	if scan.keys == 0 {
-		start := uint64(0)
-		for lsn := range ckAt { // every commit dropped: the newest checkpoint holds the head
-			start = max(start, lsn)
-		}
-		return start
-	}
-	if len(scan.holes) > 0 && scan.holes[0].Lo == 1 {
-		if _, ok := ckAt[scan.holes[0].Hi]; ok {
-			// Dropped by a build that left no mark: a prefix ending at a checkpoint.
-			dropped = max(dropped, scan.holes[0].Hi)
-		}
-	}
-	var gone uint64 // the highest commit missing up to dropped
-	for _, h := range scan.holes {
-		if h.Lo <= dropped {
-			gone = min(h.Hi, dropped)
-		}
-	}
-	if dropped > scan.last { // the newest commits dropped too, packed ones below them kept (their segments are live)
-		gone = dropped
-	}
-	if gone == 0 {
-		return 0
-	}
-	start := uint64(0)
-	for lsn := range ckAt {
-		if lsn >= gone && (start == 0 || lsn < start) {
-			start = lsn
-		}
-	}
-	return start
 }
 
 // seed starts the verifier at the checkpoint at key: its commit and its
@@ -554,166 +460,6 @@ func matchRanges(name string, index []indexEntry, c *Commit) error {
 	}
 	if i != len(index) {
 		return fmt.Errorf("segment %s: %w: %d pages beyond commit %d's ranges", name, ErrCorrupt, len(index)-i, c.LSN)
-	}
-	return nil
-}
-
-// Pull rebuilds the local copy from the remote: every commit and segment is
-// fetched, verified and written locally, replacing what was there; the
-// newest checkpoint the chain confirms becomes the local base. It lists and
-// reads as verify does: in pages, 8 commits ahead, segments over 4 MiB by
-// ranges streamed into their local file. A chain whose old commits were
-// dropped starts, as verify's does, at the checkpoint the drop left: the
-// segments of its entries are pulled first, and it is the base unless a
-// newer checkpoint is confirmed.
-func (v *Volume) Pull(ctx context.Context) (VerifyReport, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var rep VerifyReport
-	plan, err := v.planChain(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-	}
-	start := plan.start
-	cv := chainVerifier{v: v, recent: map[uint64]Entry{}}
-	var startKey, newestKey, newestHash string
-	if start > 0 {
-		startKey = plan.ckAt[start]
-		ck, err := cv.seed(ctx, startKey)
-		if err != nil {
-			return rep, err
-		}
-		for f, err := range v.seededSegments(ctx, startKey, ck) {
-			if err != nil {
-				return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-			}
-			if err := cv.pullSegment(ctx, fmt.Sprintf("entry %d of checkpoint %s", f.c.LSN, startKey), f, &rep); err != nil {
-				return rep, err
-			}
-		}
-		slices.Sort(cv.missing) // gone looks them up; the chain's come after, in order
-	}
-	chain := plan.scan.above(start)
-	rep.ChainStart, rep.Unchained = start, plan.scan.keys-chain
-	ckLSN := uint64(0) // the newest checkpoint above the start, if the chain reaches it
-	if plan.newestCk > start && plan.newestCk <= start+uint64(chain) {
-		ckLSN = plan.newestCk
-	}
-	i := 0
-	for f, err := range fetchAhead(ctx, v.chainKeys(ctx, start+1, chain), ahead{n: verifyAhead}, nil, v.fetchVerified) {
-		if err != nil {
-			return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-		}
-		i++
-		key, c := f.key, f.c
-		if f.bad != nil {
-			return rep, f.bad
-		}
-		if err := checkLink(v.name, c, start+uint64(i), cv.prev); err != nil {
-			return rep, fmt.Errorf("%s: %w", key, err)
-		}
-		if err := cv.add(key, c); err != nil {
-			return rep, err
-		}
-		if err := cv.pullSegment(ctx, "commit "+key, f, &rep); err != nil {
-			return rep, err
-		}
-		if err := v.writeCommitFile(c.LSN, c.raw); err != nil {
-			return rep, err
-		}
-		if c.LSN == ckLSN {
-			newestKey, newestHash = plan.ckAt[ckLSN], c.Hash()
-		}
-		rep.Commits, rep.Pages = rep.Commits+1, rep.Pages+int64(c.Pages)
-	}
-	if err := cv.gone(ctx); err != nil {
-		return rep, err
-	}
-	os.Remove(v.localCheckpoint())
-	if err := v.pullBase(ctx, newestKey, newestHash, startKey); err != nil {
-		return rep, fmt.Errorf("pull volume %s: %w", v.name, err)
-	}
-	v.base, v.tail = nil, nil
-	v.cacheMu.Lock()
-	clear(v.cache)
-	v.cacheMu.Unlock()
-	v.leafMu.Lock()
-	clear(v.leaves)
-	v.leafMu.Unlock()
-	return rep, v.loadLocal()
-}
-
-// pullBase writes the local base: the newest checkpoint (at newest) if the
-// chain confirmed its commit (hash), else the checkpoint the chain starts
-// at (start: a dropped chain has no commit files below it), else none (the
-// commit files from LSN 1 are the base). The base's index nodes are
-// fetched too, so that reads need nothing more from the remote.
-func (v *Volume) pullBase(ctx context.Context, newest, hash, start string) error {
-	if newest != "" {
-		root, err := v.store.Get(ctx, newest, fence.Range{})
-		var ck *checkpoint
-		if err == nil {
-			ck, err = decodeCheckpoint(newest, root)
-		}
-		if err == nil && ck.CommitHash == hash && v.placeBase(ctx, newest, ck, root) == nil {
-			return nil
-		}
-		// A newest checkpoint that does not match the chain, or one with a
-		// bad node, is not a base (verify names it; reindex repairs it).
-	}
-	if start == "" {
-		return nil
-	}
-	root, err := v.store.Get(ctx, start, fence.Range{})
-	if err != nil {
-		return err
-	}
-	ck, err := decodeCheckpoint(start, root)
-	if err != nil {
-		return err
-	}
-	return v.placeBase(ctx, start, ck, root)
-}
-
-// placeBase fetches the index nodes of checkpoint ck (at key, encoded as
-// root) into their local files, then writes root as the local checkpoint.
-func (v *Volume) placeBase(ctx context.Context, key string, ck *checkpoint, root []byte) error {
-	for ref, err := range v.leafRefs(ctx, ck, nil) {
-		if err == nil {
-			_, err = v.leaf(ctx, ref)
-		}
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", key, err)
-		}
-	}
-	return v.writeFile(v.localCheckpoint(), root)
-}
-
-// pullSegment writes the segment f fetched for c into its local file,
-// checked against c (read by ranges into the file when it is large), and
-// counts it. A missing one is noted: fine if a compaction or a prune
-// replaced it, which gone checks at the end. what names the commit or entry.
-func (cv *chainVerifier) pullSegment(ctx context.Context, what string, f verified, rep *VerifyReport) error {
-	v, c, err := cv.v, f.c, f.segErr
-	switch {
-	case c.Segment.Key == "": // a prune commit has none
-		return nil
-	case errors.Is(err, errRanged):
-		err = v.pullRanged(ctx, c)
-	case err == nil:
-		if err = checkAgainst(c.Segment.Key, f.seg, c); err == nil {
-			err = v.writeFile(v.localSegment(c.Segment.Key), f.seg)
-		}
-	}
-	switch {
-	case errors.Is(err, fence.ErrNotFound):
-		cv.missing = append(cv.missing, c.LSN) // compacted away, or an error found by gone()
-	case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNewerFormat):
-		return err
-	case err != nil:
-		return fmt.Errorf("pull volume %s: %s: %w", v.name, what, err)
-	default:
-		rep.Segments, rep.Bytes = rep.Segments+1, rep.Bytes+c.Segment.Size
 	}
 	return nil
 }
