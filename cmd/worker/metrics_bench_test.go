@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/telemetry"
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
