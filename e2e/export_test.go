@@ -295,7 +295,7 @@ func TestExport_DuckDBReadsTheMergedHistory(t *testing.T) {
 	}
 	sameRows(t, "a window in SQL", duckRows(t, local, fmt.Sprintf("epoch_ms(time) BETWEEN %d AND %d", t0.UnixMilli(), t1.UnixMilli())), window)
 
-	// The README's query, as written there.
+	// docs/usage.md's query, as written there.
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +307,7 @@ func TestExport_DuckDBReadsTheMergedHistory(t *testing.T) {
 		WHERE date >= DATE '2026-11-01' AND fields['type'] = 'refunded'
 		GROUP BY stream`)
 	if err != nil {
-		t.Fatalf("the README's query: %v", err)
+		t.Fatalf("docs/usage.md's query: %v", err)
 	}
 	for rs.Next() {
 		var name string
@@ -326,7 +326,7 @@ func TestExport_DuckDBReadsTheMergedHistory(t *testing.T) {
 		}
 	}
 	if fmt.Sprint(readme) != fmt.Sprint(refunded) || len(refunded) != len(exportStreams) {
-		t.Fatalf("the README's query counts %v refunded; archiver read has %v", readme, refunded)
+		t.Fatalf("docs/usage.md's query counts %v refunded; archiver read has %v", readme, refunded)
 	}
 
 	// More history: a rerun exports only it, and no old file changes.
