@@ -63,8 +63,12 @@ func statusCommand() *cli.Command {
 				fmt.Fprintf(tw, "completeness\tunknown: entries added (%d) < archived + live above W (%d): the stream was recreated "+
 					"(Redis restarted without persistence, FLUSHALL or DEL); what was not archived before is gone\n",
 					st.EntriesAdded, st.Archived+st.LiveUnarchived)
+			case st.LostOutside == 0:
+				fmt.Fprintf(tw, "completeness\t%d entries removed unarchived by archiver trim (recorded; gone for good): entries added = archived + live above W + those\n", st.TrimmedUnarchived)
+			case st.TrimmedUnarchived > 0:
+				fmt.Fprintf(tw, "completeness\t%d entries removed unarchived by archiver trim (recorded), and %d more outside silt (MAXLEN, XDEL)\n", st.TrimmedUnarchived, st.LostOutside)
 			default:
-				fmt.Fprintf(tw, "completeness\t%d entries removed outside the archiver (MAXLEN, XDEL)\n", st.LostOutside)
+				fmt.Fprintf(tw, "completeness\t%d entries removed outside silt (MAXLEN, XDEL)\n", st.LostOutside)
 			}
 			if st.OldestUnarchived != "" {
 				fmt.Fprintf(tw, "oldest unarchived\t%s (%s old)\n", st.OldestUnarchived, time.Duration(st.OldestAgeSec*float64(time.Second)).Round(time.Second))
@@ -89,7 +93,8 @@ func archiveExposition(queue, name string, st archive.Status) *telemetry.Exposit
 	x.Gauge("silt_archive_live_entries", "Entries in the live stream (XLEN).", l, float64(st.Live))
 	x.Gauge("silt_archive_live_unarchived_entries", "Live entries above W, not archived yet.", l, float64(st.LiveUnarchived))
 	x.Gauge("silt_archive_oldest_unarchived_age_seconds", "Age of the oldest live entry above W (0: none).", l, st.OldestAgeSec)
-	x.Gauge("silt_archive_lost_outside_entries", "Entries removed outside the archiver (MAXLEN, XDEL): entries added - archived - live above W.", l, float64(st.LostOutside))
+	x.Gauge("silt_archive_lost_outside_entries", "Entries removed outside silt (MAXLEN, XDEL): entries added - archived - live above W - trimmed unarchived.", l, float64(st.LostOutside))
+	x.Gauge("silt_archive_trimmed_unarchived_entries", "Entries archiver trim (or a trim-only policy) removed above W, recorded.", l, float64(st.TrimmedUnarchived))
 	x.Gauge("silt_archive_complete", "1 when entries added = archived + live above W.", l, b2f(st.Complete))
 	x.Gauge("silt_archive_remote_bytes", "Bytes of the live segments on the remote.", l, float64(st.RemoteBytes))
 	x.Gauge("silt_archive_segments", "Live segments on the remote.", l, float64(st.Segments))

@@ -213,7 +213,9 @@ func TestRun_AllWinsOverTheEnvironmentsStream(t *testing.T) {
 }
 
 // archiver trim on an archived stream refuses to remove entries its archive
-// does not hold, naming how many, unless --force.
+// does not hold, naming how many, unless --force; what a forced trim
+// removed is recorded, and status attributes it to the trim, not to
+// something outside silt.
 func TestTrim_ArchivedStreamKeepsUnarchivedEntries(t *testing.T) {
 	srv := testserver.Redis(t)
 	rdb := srv.Client(t)
@@ -236,6 +238,18 @@ func TestTrim_ArchivedStreamKeepsUnarchivedEntries(t *testing.T) {
 	}
 	if code, out, errOut := trim("--keep-last", "1", "--exact", "--force"); code != 0 || !strings.Contains(out, `"removed_for_good":4`) {
 		t.Fatalf("trim --force: exit %d %s %s", code, out, errOut)
+	}
+	var st struct {
+		Trimmed  int64 `json:"trimmed_unarchived"`
+		Lost     int64 `json:"lost_outside"`
+		Complete bool  `json:"complete"`
+	}
+	code, out, errOut := runArchiver(t, append([]string{"status", "--json"}, base...)...)
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Trimmed != 4 || st.Lost != 0 || st.Complete {
+		t.Fatalf("status after trim --force: exit %d %s %s (%v); want trimmed_unarchived 4, lost_outside 0, not complete", code, out, errOut, err)
+	}
+	if code, out, _ := runArchiver(t, append([]string{"status"}, base...)...); code != 0 || !strings.Contains(out, "4 entries removed unarchived by archiver trim") {
+		t.Fatalf("status text after trim --force: %s", out)
 	}
 }
 

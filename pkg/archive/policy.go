@@ -166,12 +166,35 @@ func LastPolicyRun(ctx context.Context, rdb stream.Client, ks stream.Keyspace, n
 
 // TrimOnly applies a policy without archiving (a stream whose history is
 // not worth keeping): what it removes is gone for good. It returns how many
-// entries it removed.
-func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (int64, error) {
+// entries it removed. Those above the watermark Redis recorded (every one,
+// for a stream never archived) are added to the stream's count in
+// Keyspace.TrimmedUnarchived, so that Status attributes them rather than
+// report them removed outside silt.
+func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (removed int64, err error) {
 	if p.KeepLast <= 0 && p.KeepFor <= 0 {
 		return 0, ErrNoPolicy
 	}
-	var removed int64
+	w, err := recordedW(ctx, l)
+	if err != nil {
+		return 0, err
+	}
+	added0, above0, err := liveAbove(ctx, l, w)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		// Entries appended meanwhile are in added1 - added0; the rest of
+		// what left the part above w was this trim's.
+		added1, above1, cerr := liveAbove(context.WithoutCancel(ctx), l, w)
+		if cerr == nil {
+			if gone := above0 + (added1 - added0) - above1; gone > 0 {
+				cerr = l.Client().HIncrBy(context.WithoutCancel(ctx), l.Keyspace().TrimmedUnarchived(), l.Name(), gone).Err()
+			}
+		}
+		if err == nil && cerr != nil {
+			err = fmt.Errorf("record the entries %s removed without an archive: %w", l.Key(), cerr)
+		}
+	}()
 	if p.KeepLast > 0 {
 		n, err := l.TrimMaxLen(ctx, p.KeepLast, exact)
 		if err != nil {
@@ -224,6 +247,46 @@ func CheckTrimOnly(ctx context.Context, l *stream.Log, p Policy) error {
 	}
 	return fmt.Errorf("%s: %s; this trim would remove %d entries above that, which exist nowhere else: %w",
 		l.Key(), why, n, ErrWouldLoseUnarchived)
+}
+
+// recordedW is the watermark Redis recorded for l's archive (zero: none).
+func recordedW(ctx context.Context, l *stream.Log) (brand.StreamID, error) {
+	rec, ok, err := l.ArchiveRecord(ctx)
+	if err != nil || !ok {
+		return brand.StreamID{}, err
+	}
+	w, err := parseW(rec.W)
+	if err != nil {
+		return w, fmt.Errorf("archive record of %s: W %q: %w", l.Key(), rec.W, err)
+	}
+	return w, nil
+}
+
+// liveAbove returns l's entries-added and how many of its live entries lie
+// above w (all of them when w is zero).
+func liveAbove(ctx context.Context, l *stream.Log, w brand.StreamID) (added, above int64, err error) {
+	info, err := l.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if w.IsZero() {
+		return info.EntriesAdded, info.Length, nil
+	}
+	below, err := l.ReadRaw(ctx, stream.First, w, info.Length+1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return info.EntriesAdded, info.Length - int64(len(below)), nil
+}
+
+// TrimmedUnarchived returns how many entries of l's stream TrimOnly removed
+// above the archive's watermark, gone for good.
+func TrimmedUnarchived(ctx context.Context, l *stream.Log) (int64, error) {
+	n, err := l.Client().HGet(ctx, l.Keyspace().TrimmedUnarchived(), l.Name()).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // unarchivedBy counts the entries TrimOnly(p) would remove above w (every

@@ -21,8 +21,12 @@ type Status struct {
 	Live           int64  `json:"live"`            // XLEN
 	LiveUnarchived int64  `json:"live_unarchived"` // live entries above the watermark
 	EntriesAdded   int64  `json:"entries_added"`   // XINFO STREAM entries-added
-	LostOutside    int64  `json:"lost_outside"`    // entries-added - archived - live unarchived
-	Complete       bool   `json:"complete"`        // LostOutside == 0 and not Recreated
+	// TrimmedUnarchived: entries archiver trim (or a trim-only policy)
+	// removed above the watermark, recorded by TrimOnly: gone for good,
+	// on purpose.
+	TrimmedUnarchived int64 `json:"trimmed_unarchived"`
+	LostOutside       int64 `json:"lost_outside"` // entries-added - archived - live unarchived - trimmed unarchived
+	Complete          bool  `json:"complete"`     // nothing trimmed unarchived or lost outside, and not Recreated
 	// Recreated: entries-added is below archived + live above W, which only
 	// a new stream under the same key explains (Redis restarted without
 	// persistence, FLUSHALL, DEL): how much was lost cannot be known.
@@ -40,8 +44,9 @@ type Status struct {
 }
 
 // Status reports the watermark, counts and completeness: entries-added must
-// equal archived + live above the watermark, unless something outside the
-// archiver removed entries (a producer's MAXLEN, XDEL); the difference is
+// equal archived + live above the watermark, unless archiver trim removed
+// unarchived entries (TrimmedUnarchived, recorded) or something outside
+// silt did (a producer's MAXLEN, XDEL): the rest of the difference is
 // LostOutside.
 func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	s := Status{Stream: a.log.Key(), Volume: a.vol.Name()}
@@ -78,11 +83,14 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.OldestUnarchived = first[0].StreamID.String()
 		s.OldestAgeSec = time.Since(first[0].StreamID.Time()).Seconds()
 	}
-	s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived
+	if s.TrimmedUnarchived, err = TrimmedUnarchived(ctx, a.log); err != nil {
+		return s, err
+	}
+	s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived - s.TrimmedUnarchived
 	if s.LostOutside < 0 {
 		s.Recreated, s.LostOutside = true, 0
 	}
-	s.Complete = s.LostOutside == 0 && !s.Recreated
+	s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && !s.Recreated
 	if a.log.DeadGroup() == "" {
 		rdb, ks, name := a.log.Client(), a.log.Keyspace(), a.log.Name()
 		if d, ok, err := DeclaredPolicy(ctx, rdb, ks, name); err != nil {

@@ -179,6 +179,11 @@ func (k Keyspace) Policies() string { return k.base() + "policies" }
 // each stream's declared policy: stream name to its outcome (JSON).
 func (k Keyspace) PolicyRuns() string { return k.base() + "policy-runs" }
 
+// TrimmedUnarchived returns the key of the queue's hash of entries removed
+// without an archive (archiver trim, trim-only policies): stream name to
+// how many of them were above the archive's watermark, gone for good.
+func (k Keyspace) TrimmedUnarchived() string { return k.base() + "trimmed-unarchived" }
+
 // Archived returns the key of what Redis records of a stream's archive
 // (deadGroup "" for the stream itself, else of that group's dead letters).
 func (k Keyspace) Archived(stream, deadGroup string) string {

@@ -67,6 +67,7 @@ type Client interface {
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
+	HIncrBy(ctx context.Context, key, field string, incr int64) *redis.IntCmd
 	HLen(ctx context.Context, key string) *redis.IntCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
