@@ -208,7 +208,27 @@ type scenario struct {
 	Runs     int    `json:"runs"`     // program runs in the scenario
 	Faults   int    `json:"faults"`   // faults injected (kills, cuts, error answers, ...)
 	Detected int    `json:"detected"` // faults the system or the checker noticed (corruption, negative controls)
+	// Promised: detecting every fault is the promise (a refusal, an error
+	// naming the cause, a handler killed with its worker): report fails
+	// the test when Detected is below Faults.
+	Promised bool `json:"-"`
 	counts
+}
+
+// detector counts the faults a test injects and those the program
+// reported (by its exit status, its output, or the effect promised), for a
+// Promised scenario: the figures in RELIABILITY.md are what was observed.
+type detector struct{ injected, detected int }
+
+// fault counts one injected fault; one not reported is an error naming it.
+func (d *detector) fault(t *testing.T, reported bool, format string, args ...any) {
+	t.Helper()
+	d.injected++
+	if reported {
+		d.detected++
+		return
+	}
+	t.Errorf("fault not reported: "+format, args...)
 }
 
 // report logs a scenario's figures and, when SILT_RELIABILITY_REPORT names a
@@ -220,6 +240,9 @@ func report(t *testing.T, s scenario) {
 	}
 	s.Test = t.Name()
 	t.Logf("history %s: runs %d, faults %d, detected %d; %s", s.Name, s.Runs, s.Faults, s.Detected, s.counts)
+	if s.Promised && (s.Faults == 0 || s.Detected < s.Faults) {
+		t.Errorf("%s: %d of %d faults detected; detecting every one is the promise", s.Name, s.Detected, s.Faults)
+	}
 	path := os.Getenv("SILT_RELIABILITY_REPORT")
 	if path == "" {
 		return

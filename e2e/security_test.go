@@ -28,32 +28,27 @@ func TestSecurity_MinIOOverHTTPS(t *testing.T) {
 	ids := feed(t, env, 200)
 	run := []string{"run", "--stream", "events", "--keep-last", "20"}
 
+	var d detector
 	other := testserver.NewTLS(t, "127.0.0.1")
 	code, _, errOut := exitCode(t, append(env, "AWS_CA_BUNDLE="+other.CA), "", "archiver", run...)
-	if code != 1 || !strings.Contains(errOut, "certificate") {
-		t.Fatalf("unknown CA: exit %d, %s", code, errOut)
-	}
+	d.fault(t, code == 1 && strings.Contains(errOut, "certificate"), "unknown CA: exit %d, %s", code, errOut)
 	mismatch := testserver.NewTLS(t, "db.example.org")
 	wrongName := testserver.MinIOTLS(t, mismatch)
 	wrongEnv := append(archiverEnv(srv, filepath.Join(dir, "data2"), wrongName.URL(bucket, "silt")), minio.Env()...)
 	code, _, errOut = exitCode(t, append(wrongEnv, "AWS_CA_BUNDLE="+mismatch.CA), "", "archiver", run...)
-	if code != 1 || !strings.Contains(errOut, "certificate") {
-		t.Fatalf("name mismatch: exit %d, %s", code, errOut)
-	}
+	d.fault(t, code == 1 && strings.Contains(errOut, "certificate"), "name mismatch: exit %d, %s", code, errOut)
 	plain := testserver.S3(t, "minio")
 	plainEnv := append(archiverEnv(srv, filepath.Join(dir, "data3"),
 		strings.Replace(plain.URL(bucket, "silt"), "http://", "https://", 1)), plain.Env()...)
 	code, _, errOut = exitCode(t, append(plainEnv, "AWS_CA_BUNDLE="+f.CA), "", "archiver", run...)
-	if code != 1 || !strings.Contains(errOut, "HTTP response to HTTPS client") {
-		t.Fatalf("https:// to a plain-HTTP server: exit %d, %s", code, errOut)
-	}
+	d.fault(t, code == 1 && strings.Contains(errOut, "HTTP response to HTTPS client"), "https:// to a plain-HTTP server: exit %d, %s", code, errOut)
 	if n := srv.Client(t).XLen(t.Context(), streamKey).Val(); n != 200 {
 		t.Fatalf("refused runs trimmed: %d entries live", n)
 	}
 	tlsEnv := append(env, "AWS_CA_BUNDLE="+f.CA)
 	silt(t, "", tlsEnv, "archiver", run...)
 	c := checkHistory(t, tlsEnv, ids)
-	report(t, scenario{Name: "HTTPS to MinIO; wrong CA, wrong name, plain text refused", Runs: 5, Faults: 3, Detected: 3, counts: c})
+	report(t, scenario{Name: "HTTPS to MinIO; wrong CA, wrong name, plain text refused", Runs: 5, Faults: d.injected, Detected: d.detected, Promised: true, counts: c})
 }
 
 // TestSecurity_CanariesNeverShow pushes canary secrets (a Redis password,
