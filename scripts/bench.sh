@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark ratio in one run: prints the table and rewrites the
-# "Latest full run" block of BENCHMARKS.md.
+# "Current figures" block of BENCHMARKS.md.
 #
 #   scripts/bench.sh [ROUNDS]            (default 9 interleaved rounds per ratio)
 #   SILT_BENCH_RSS=1 scripts/bench.sh    also P6 (peak RSS at 10M / 100k entries; minutes)
@@ -84,4 +84,4 @@ $table
 <!-- bench.sh: end -->"
 BLOCK=$block awk 'BEGIN { b = ENVIRON["BLOCK"] } /<!-- bench.sh: begin -->/ { print b; skip = 1; next } /<!-- bench.sh: end -->/ { skip = 0; next } !skip' BENCHMARKS.md >BENCHMARKS.md.new
 mv BENCHMARKS.md.new BENCHMARKS.md
-echo "BENCHMARKS.md: latest full run rewritten"
+echo "BENCHMARKS.md: current figures rewritten"

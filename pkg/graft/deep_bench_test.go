@@ -20,7 +20,7 @@ import (
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
-// Deep history (issue 14, BENCHMARKS.md D1-D4): archives of 1k to 1M
+// Deep history (BENCHMARKS.md D1-D4): archives of 1k to 1M
 // commits of 10 records each, built through Volume.Commit (its local files
 // discarded: only the remote is kept; superseded checkpoint nodes are
 // collected as the build goes, as gc would), then opened cold by child
