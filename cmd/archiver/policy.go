@@ -12,6 +12,7 @@ import (
 
 	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/stream"
 )
 
 // policyCommand declares, lists and removes the streams' retention
@@ -38,7 +39,7 @@ func policyCommand() *cli.Command {
 						return clix.Usagef("--no-archive", "give --archive or --no-archive, not both")
 					}
 					d := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: !c.Bool("no-archive"), At: time.Now().UTC()}
-					if err := archive.Declare(c.Context, rdb, t.Keyspace, t.Stream, d); err != nil {
+					if err := archive.Declare(c.Context, stream.NewPolicyStore(rdb, t.Keyspace), t.Stream, d); err != nil {
 						return err
 					}
 					return printPolicy(c, t.Keyspace.Stream(t.Stream), t.Stream, &d, nil)
@@ -49,13 +50,13 @@ func policyCommand() *cli.Command {
 				Usage: "list the queue's declared policies and when each last ran",
 				Flags: clix.CommonFlags(),
 				Action: onPolicy(false, func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error {
-					all, err := archive.DeclaredPolicies(c.Context, rdb, t.Keyspace)
+					all, err := archive.DeclaredPolicies(c.Context, stream.NewPolicyStore(rdb, t.Keyspace))
 					if err != nil {
 						return err
 					}
 					for _, name := range slices.Sorted(maps.Keys(all)) {
 						d := all[name]
-						run, ok, err := archive.LastPolicyRun(c.Context, rdb, t.Keyspace, name)
+						run, ok, err := archive.LastPolicyRun(c.Context, stream.NewPolicyStore(rdb, t.Keyspace), name)
 						if err != nil {
 							return err
 						}
@@ -75,7 +76,7 @@ func policyCommand() *cli.Command {
 				Usage: "remove --stream's declared policy (archiver run --all then leaves the stream alone)",
 				Flags: clix.CommonFlags(),
 				Action: onPolicy(true, func(c *cli.Context, t clix.Target, rdb redis.UniversalClient) error {
-					ok, err := archive.Undeclare(c.Context, rdb, t.Keyspace, t.Stream)
+					ok, err := archive.Undeclare(c.Context, stream.NewPolicyStore(rdb, t.Keyspace), t.Stream)
 					if err != nil {
 						return err
 					}

@@ -299,7 +299,7 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 	var d archive.Declared
 	declared := false
 	if t.Dead == "" {
-		if d, declared, err = archive.DeclaredPolicy(c.Context, e.rdb, ks, t.Stream); err != nil {
+		if d, declared, err = archive.DeclaredPolicy(c.Context, stream.NewPolicyStore(e.rdb, ks), t.Stream); err != nil {
 			r.fail(err)
 			return r
 		}

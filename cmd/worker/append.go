@@ -28,7 +28,7 @@ func appendCommand() *cli.Command {
 		Usage:     "append one entry (field=value ...) or JSON lines from stdin; prints the branded ids",
 		ArgsUsage: "[field=value ...]",
 		Flags: append(clix.CommonFlags(),
-			&cli.IntFlag{Name: "batch", Value: 500, Usage: "entries per pipelined batch when reading stdin"},
+			&cli.IntFlag{Name: "batch", Value: stream.DefaultBatchSize, Usage: "entries per pipelined batch when reading stdin"},
 			&cli.BoolFlag{Name: "new-kind", Usage: "let --kind name a kind that is not built in: a new stream's first append records it"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
 			&cli.BoolFlag{Name: "trace", Usage: "stamp each entry with a W3C traceparent field (a child of $TRACEPARENT when set; kept when a line has one): workers continue the trace"},

@@ -56,12 +56,12 @@ func statusAction(c *cli.Context) error {
 		return err
 	}
 	full := statusWithPolicy{StreamStatus: st}
-	if d, ok, err := archive.DeclaredPolicy(c.Context, sess.Redis, target.Keyspace, target.Stream); err != nil {
+	if d, ok, err := archive.DeclaredPolicy(c.Context, stream.NewPolicyStore(sess.Redis, target.Keyspace), target.Stream); err != nil {
 		return err
 	} else if ok {
 		full.Policy = &d
 	}
-	if r, ok, err := archive.LastPolicyRun(c.Context, sess.Redis, target.Keyspace, target.Stream); err != nil {
+	if r, ok, err := archive.LastPolicyRun(c.Context, stream.NewPolicyStore(sess.Redis, target.Keyspace), target.Stream); err != nil {
 		return err
 	} else if ok {
 		full.PolicyLastRun = &r

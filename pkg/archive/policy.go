@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -71,12 +69,12 @@ func (d Declared) Same(o Declared) bool {
 
 // Declare records stream name's policy in ks (replacing what was declared).
 // A policy that sets neither KeepLast nor KeepFor is ErrNoPolicy.
-func Declare(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string, d Declared) error {
+func Declare(ctx context.Context, ps stream.PolicyStore, name string, d Declared) error {
 	if err := stream.ValidateName("stream", name); err != nil {
 		return err
 	}
 	if d.KeepLast < 0 || d.KeepFor < 0 || d.KeepLast == 0 && d.KeepFor == 0 {
-		return fmt.Errorf("declare the policy of %s: %w", ks.Stream(name), ErrNoPolicy)
+		return fmt.Errorf("declare the policy of %s: %w", ps.Keyspace().Stream(name), ErrNoPolicy)
 	}
 	if d.At.IsZero() {
 		d.At = time.Now().UTC()
@@ -85,39 +83,33 @@ func Declare(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name st
 	if err != nil {
 		return err
 	}
-	if err := rdb.HSet(ctx, ks.Policies(), name, b).Err(); err != nil {
-		return fmt.Errorf("declare the policy of %s: %w", ks.Stream(name), err)
-	}
-	return nil
+	return ps.SetPolicy(ctx, name, b)
 }
 
 // DeclaredPolicy returns stream name's declared policy; ok is false when it
 // declares none.
-func DeclaredPolicy(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (d Declared, ok bool, err error) {
-	b, err := rdb.HGet(ctx, ks.Policies(), name).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return d, false, nil
-	}
-	if err != nil {
-		return d, false, fmt.Errorf("policy of %s: %w", ks.Stream(name), err)
+func DeclaredPolicy(ctx context.Context, ps stream.PolicyStore, name string) (d Declared, ok bool, err error) {
+	b, ok, err := ps.Policy(ctx, name)
+	if err != nil || !ok {
+		return d, false, err
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
-		return d, false, fmt.Errorf("policy of %s: %q: %w", ks.Stream(name), b, err)
+		return d, false, fmt.Errorf("policy of %s: %q: %w", ps.Keyspace().Stream(name), b, err)
 	}
 	return d, true, nil
 }
 
 // DeclaredPolicies returns every policy declared in ks, by stream name.
-func DeclaredPolicies(ctx context.Context, rdb stream.Client, ks stream.Keyspace) (map[string]Declared, error) {
-	m, err := rdb.HGetAll(ctx, ks.Policies()).Result()
+func DeclaredPolicies(ctx context.Context, ps stream.PolicyStore) (map[string]Declared, error) {
+	m, err := ps.AllPolicies(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("policies of queue %s: %w", ks.Queue, err)
+		return nil, err
 	}
 	out := make(map[string]Declared, len(m))
 	for name, b := range m {
 		var d Declared
-		if err := json.Unmarshal([]byte(b), &d); err != nil {
-			return nil, fmt.Errorf("policy of %s: %q: %w", ks.Stream(name), b, err)
+		if err := json.Unmarshal(b, &d); err != nil {
+			return nil, fmt.Errorf("policy of %s: %q: %w", ps.Keyspace().Stream(name), b, err)
 		}
 		out[name] = d
 	}
@@ -125,13 +117,8 @@ func DeclaredPolicies(ctx context.Context, rdb stream.Client, ks stream.Keyspace
 }
 
 // Undeclare removes stream name's policy; ok is false when it had none.
-func Undeclare(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (ok bool, err error) {
-	n, err := rdb.HDel(ctx, ks.Policies(), name).Result()
-	if err != nil {
-		return false, fmt.Errorf("remove the policy of %s: %w", ks.Stream(name), err)
-	}
-	rdb.HDel(ctx, ks.PolicyRuns(), name)
-	return n == 1, nil
+func Undeclare(ctx context.Context, ps stream.PolicyStore, name string) (ok bool, err error) {
+	return ps.RemovePolicy(ctx, name)
 }
 
 // PolicyRun is the outcome of one application of a declared policy.
@@ -143,22 +130,19 @@ type PolicyRun struct {
 }
 
 // RecordPolicyRun records the last application of stream name's policy.
-func RecordPolicyRun(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string, r PolicyRun) error {
+func RecordPolicyRun(ctx context.Context, ps stream.PolicyStore, name string, r PolicyRun) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return rdb.HSet(ctx, ks.PolicyRuns(), name, b).Err()
+	return ps.SetLastRun(ctx, name, b)
 }
 
 // LastPolicyRun returns the last recorded application of stream name's
 // policy; ok is false when none is recorded.
-func LastPolicyRun(ctx context.Context, rdb stream.Client, ks stream.Keyspace, name string) (r PolicyRun, ok bool, err error) {
-	b, err := rdb.HGet(ctx, ks.PolicyRuns(), name).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return r, false, nil
-	}
-	if err != nil {
+func LastPolicyRun(ctx context.Context, ps stream.PolicyStore, name string) (r PolicyRun, ok bool, err error) {
+	b, ok, err := ps.LastRun(ctx, name)
+	if err != nil || !ok {
 		return r, false, err
 	}
 	return r, true, json.Unmarshal(b, &r)
@@ -188,11 +172,11 @@ func TrimOnly(ctx context.Context, l *stream.Log, p Policy, exact bool) (removed
 		added1, above1, cerr := liveAbove(context.WithoutCancel(ctx), l, w)
 		if cerr == nil {
 			if gone := above0 + (added1 - added0) - above1; gone > 0 {
-				cerr = l.Client().HIncrBy(context.WithoutCancel(ctx), l.Keyspace().TrimmedUnarchived(), l.Name(), gone).Err()
+				cerr = l.Policies().AddTrimmedUnarchived(context.WithoutCancel(ctx), l.Name(), gone)
 			}
 		}
-		if err == nil && cerr != nil {
-			err = fmt.Errorf("record the entries %s removed without an archive: %w", l.Key(), cerr)
+		if err == nil {
+			err = cerr
 		}
 	}()
 	if p.KeepLast > 0 {
@@ -226,7 +210,7 @@ func CheckTrimOnly(ctx context.Context, l *stream.Log, p Policy) error {
 	if err != nil {
 		return err
 	}
-	d, declared, err := DeclaredPolicy(ctx, l.Client(), l.Keyspace(), l.Name())
+	d, declared, err := DeclaredPolicy(ctx, l.Policies(), l.Name())
 	if err != nil {
 		return err
 	}
@@ -277,16 +261,6 @@ func liveAbove(ctx context.Context, l *stream.Log, w brand.StreamID) (added, abo
 		return 0, 0, err
 	}
 	return info.EntriesAdded, info.Length - int64(len(below)), nil
-}
-
-// TrimmedUnarchived returns how many entries of l's stream TrimOnly removed
-// above the archive's watermark, gone for good.
-func TrimmedUnarchived(ctx context.Context, l *stream.Log) (int64, error) {
-	n, err := l.Client().HGet(ctx, l.Keyspace().TrimmedUnarchived(), l.Name()).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	return n, err
 }
 
 // unarchivedBy counts the entries TrimOnly(p) would remove above w (every
@@ -352,7 +326,7 @@ func recordRun(ctx context.Context, l *stream.Log, run PolicyRun, err error) err
 	if err != nil {
 		run.Error = err.Error()
 	}
-	if rerr := RecordPolicyRun(context.WithoutCancel(ctx), l.Client(), l.Keyspace(), l.Name(), run); err == nil && rerr != nil {
+	if rerr := RecordPolicyRun(context.WithoutCancel(ctx), l.Policies(), l.Name(), run); err == nil && rerr != nil {
 		return fmt.Errorf("record the run of the policy of %s: %w", l.Key(), rerr)
 	}
 	return err

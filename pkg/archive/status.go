@@ -83,7 +83,7 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		s.OldestUnarchived = first[0].StreamID.String()
 		s.OldestAgeSec = time.Since(first[0].StreamID.Time()).Seconds()
 	}
-	if s.TrimmedUnarchived, err = TrimmedUnarchived(ctx, a.log); err != nil {
+	if s.TrimmedUnarchived, err = a.log.Policies().TrimmedUnarchived(ctx, a.log.Name()); err != nil {
 		return s, err
 	}
 	s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived - s.TrimmedUnarchived
@@ -92,13 +92,13 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	}
 	s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && !s.Recreated
 	if a.log.DeadGroup() == "" {
-		rdb, ks, name := a.log.Client(), a.log.Keyspace(), a.log.Name()
-		if d, ok, err := DeclaredPolicy(ctx, rdb, ks, name); err != nil {
+		ps, name := a.log.Policies(), a.log.Name()
+		if d, ok, err := DeclaredPolicy(ctx, ps, name); err != nil {
 			return s, err
 		} else if ok {
 			s.Policy = &d
 		}
-		if r, ok, err := LastPolicyRun(ctx, rdb, ks, name); err != nil {
+		if r, ok, err := LastPolicyRun(ctx, ps, name); err != nil {
 			return s, err
 		} else if ok {
 			s.PolicyLastRun = &r

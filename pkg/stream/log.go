@@ -37,9 +37,11 @@ func EntryBytes(fields map[string]string) int {
 	return n
 }
 
-// Client is the part of go-redis the stream package and its users in silt
-// (archive, export, the CLIs) call: *redis.Client, *redis.ClusterClient and
-// redis.UniversalClient satisfy it, and a test double needs only these.
+// Client is the part of go-redis package stream calls, and nothing more:
+// *redis.Client, *redis.ClusterClient and redis.UniversalClient satisfy it,
+// and a test double needs only these. Packages above stream (archive,
+// export) call Redis only through stream's types: Log, Consumer and
+// PolicyStore.
 type Client interface {
 	redis.Scripter // the package's Lua scripts
 	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
@@ -86,6 +88,13 @@ var (
 // Fields is an entry's payload: field names to values, without "id".
 type Fields = map[string]string
 
+// The defaults of a Log's knobs.
+const (
+	DefaultPageSize   = 1000 // entries a read fetches per XRANGE
+	DefaultBatchSize  = 500  // entries AppendBatch writes in one atomic step
+	DefaultMaxRetries = 8    // re-mints of an append after another writer got ahead
+)
+
 // Log appends branded entries to one stream and reads them back.
 type Log struct {
 	// PageSize is how many entries a read fetches per XRANGE.
@@ -120,7 +129,7 @@ func NewLog(rdb Client, ks Keyspace, name string, kind brand.Kind) (*Log, error)
 }
 
 func newLog(rdb Client, ks Keyspace, name, key string, m *brand.Minter) *Log {
-	return &Log{PageSize: 1000, BatchSize: 500, MaxRetries: 8, rdb: rdb, ks: ks, name: name, key: key, minter: m}
+	return &Log{PageSize: DefaultPageSize, BatchSize: DefaultBatchSize, MaxRetries: DefaultMaxRetries, rdb: rdb, ks: ks, name: name, key: key, minter: m}
 }
 
 // Name returns the stream's name.
@@ -129,8 +138,6 @@ func (l *Log) Name() string { return l.name }
 // Keyspace returns the keyspace the stream lives in.
 func (l *Log) Keyspace() Keyspace { return l.ks }
 
-// Client returns the Redis client the log uses.
-func (l *Log) Client() Client { return l.rdb }
 
 // DeadLetters returns the log of group's dead-letter stream, of the same kind.
 func (l *Log) DeadLetters(group string) (*Log, error) {
