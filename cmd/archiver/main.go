@@ -6,20 +6,13 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/cmd/internal/clix"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { os.Exit(clix.Main(run)) }
 
 // run is main without the process: tests drive it with their own streams.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

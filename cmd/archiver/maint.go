@@ -132,9 +132,7 @@ func verifyCommand() *cli.Command {
 			if rec, ok, err := a.Log().ArchiveRecord(c.Context); err == nil && ok {
 				out["anchor"] = map[string]any{"lsn": rec.LSN, "w": rec.W, "hash": rec.Hash}
 			}
-			b, _ := json.Marshal(out)
-			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
-			return err
+			return clix.PrintJSON(c.App.Writer, out)
 		}),
 	}
 }
@@ -164,9 +162,7 @@ func pullCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			b, _ := json.Marshal(rep)
-			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
-			return err
+			return clix.PrintJSON(c.App.Writer, rep)
 		}),
 	}
 }
@@ -208,9 +204,7 @@ func compactCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			b, _ := json.Marshal(res)
-			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
-			return err
+			return clix.PrintJSON(c.App.Writer, res)
 		}),
 	}
 }

@@ -72,8 +72,7 @@ func deadList(c *cli.Context) error {
 		}
 		n++
 		if c.Bool("json") {
-			b, _ := json.Marshal(deadDoc{dl.ID.String(), dl.EntryID, dl.EntryStreamID.String(), dl.Consumer, dl.Attempts, dl.Reason, dl.Time, dl.Payload, dl.NoPayload})
-			fmt.Fprintf(c.App.Writer, "%s\n", b)
+			clix.PrintJSON(c.App.Writer, deadDoc{dl.ID.String(), dl.EntryID, dl.EntryStreamID.String(), dl.Consumer, dl.Attempts, dl.Reason, dl.Time, dl.Payload, dl.NoPayload})
 			continue
 		}
 		entry := dl.EntryID
@@ -132,7 +131,6 @@ func deadDrop(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(map[string]any{"dropped": dl.ID.String(), "entry_stream_id": dl.EntryStreamID.String(), "reason": dl.Reason})
-	fmt.Fprintf(c.App.Writer, "%s\n", b)
+	clix.PrintJSON(c.App.Writer, map[string]any{"dropped": dl.ID.String(), "entry_stream_id": dl.EntryStreamID.String(), "reason": dl.Reason})
 	return nil
 }

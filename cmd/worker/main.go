@@ -6,8 +6,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,10 +16,7 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == reaperArg {
 		os.Exit(reaperMain(os.Stdin))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	os.Exit(clix.Main(run))
 }
 
 // run is main without the process: tests drive it with their own streams.

@@ -2,19 +2,41 @@ package clix
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/graft"
 )
+
+// Main runs a command's run function as the process: SIGINT and SIGTERM
+// cancel its context (the run decides what stopping means), the process's
+// arguments and standard streams are its own. It returns the exit code.
+func Main(run func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// PrintJSON writes v to w as one JSON line: a command's result.
+func PrintJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
 
 // Run runs app with args and returns the exit code: ExitUsage for flag and
 // argument errors (naming the flag), ExitFailure for any other error, printed
