@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/silt-dev/silt/internal/durable"
+	"github.com/silt-dev/silt/pkg/fence/durable"
 )
 
 // tmpDir is where the local store stages objects before linking them in

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/silt-dev/silt/internal/durable"
+	"github.com/silt-dev/silt/pkg/fence/durable"
 )
 
 // writable is the part of an open file a volume writes through.

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/silt-dev/silt/internal/durable"
 	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/durable"
 )
 
 // Pull rebuilds the local copy from the remote: every commit and segment is

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/silt-dev/silt/internal/durable"
 	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/durable"
 )
 
 // Volume is one named page store: local files under a data directory,

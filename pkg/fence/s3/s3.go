@@ -32,7 +32,6 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/silt-dev/silt/internal/ctxtime"
 	"github.com/silt-dev/silt/pkg/fence"
 )
 
@@ -219,13 +218,25 @@ func (s *Store) create(ctx context.Context, key string, body func() io.ReadSeeke
 			}
 			return s.resolve(ctx, key, ok, hash)
 		case isCode(err, http.StatusConflict, "ConditionalRequestConflict") && attempt < s.ConflictRetries:
-			if err := ctxtime.Sleep(ctx, backoff); err != nil {
+			if err := sleep(ctx, backoff); err != nil {
 				return fmt.Errorf("create %s: %w", key, err)
 			}
 			backoff *= 2
 		default:
 			return fmt.Errorf("create %s in %s: %w", key, s, err)
 		}
+	}
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
