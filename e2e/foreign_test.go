@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,7 +102,8 @@ func TestForeign_PlainXAddEntriesAreFirstClass(t *testing.T) {
 // under their own key names (`orders`, `app:{tenant}:events`) are adopted
 // with --key: worker, archiver, merged read and both statuses work on them,
 // on one Redis and on a Redis Cluster (silt's keys share the stream key's
-// hash tag, so its scripts and MULTIs stay in one slot).
+// hash tag, so its scripts and MULTIs stay in one slot), and a policy
+// declared for one is applied by archiver run --all.
 func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -156,6 +158,20 @@ func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
 				silt(t, "", env, "archiver", "status")
 				if st := silt(t, "", env, "worker", "status"); !strings.Contains(st, key) {
 					t.Fatalf("worker status of %s: %s", key, st)
+				}
+				// A declared policy reaches it through archiver run --all,
+				// which finds adopted streams as it finds silt's own.
+				for i := range 20 {
+					if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: map[string]any{"m": fmt.Sprint(i)}}).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				silt(t, "", env, "archiver", "policy", "set", "--keep-last", "5", "--exact")
+				// (--queue: the key's hash tag; each key of this test has a remote of its own)
+				all := append(slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "SILT_KEY=") }),
+					"SILT_QUEUE="+stream.HashTag(key))
+				if out := silt(t, "", all, "archiver", "run", "--all"); !strings.Contains(out, `"policy":"declared"`) || rdb.XLen(ctx, key).Val() != 5 {
+					t.Fatalf("archiver run --all over the policy declared for %s: %s; %d entries live, want 5", key, out, rdb.XLen(ctx, key).Val())
 				}
 				// silt's own keys for it are in the key's slot.
 				for _, k := range rdb.Keys(ctx, "emq:{"+stream.HashTag(key)+"}:*").Val() {

@@ -114,6 +114,9 @@ type target struct {
 
 func (t target) String() string {
 	s := "{" + t.Queue + "}:" + t.Stream
+	if t.own != nil && t.Dead == "" {
+		s, _, _ = t.own.Own()
+	}
 	if t.Dead != "" {
 		s += " (dead letters of " + t.Dead + ")"
 	}
@@ -415,6 +418,10 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 		if err != nil {
 			return nil, clix.Usagef("--key", "%v", err)
 		}
+		// Recorded, so that archiver run --all finds it from now on.
+		if err := stream.RecordAdopted(c.Context, e.rdb, ks); err != nil {
+			return nil, err
+		}
 		return []target{{Queue: ks.Queue, Stream: name, own: &ks}}, nil
 	}
 	ks := e.target.Keyspace
@@ -431,6 +438,7 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 	}
 	var mu sync.Mutex
 	var out []target
+	var adopted []stream.Keyspace // queues with streams adopted under their own key
 	scan := func(ctx context.Context, client redis.UniversalClient) error {
 		iter := client.Scan(ctx, 0, match, 1000).Iterator()
 		for iter.Next(ctx) {
@@ -444,6 +452,8 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 				out = append(out, target{Queue: k.Queue, Stream: k.Stream})
 			case "dead":
 				out = append(out, target{Queue: k.Queue, Stream: k.Stream, Dead: k.Group})
+			case "adopted":
+				adopted = append(adopted, k.Keyspace)
 			}
 			mu.Unlock()
 		}
@@ -457,6 +467,23 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", match, err)
+	}
+	for _, q := range adopted {
+		owns, err := stream.AdoptedIn(c.Context, e.rdb, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, ks := range owns {
+			key, name, _ := ks.Own()
+			if n, err := e.rdb.Exists(c.Context, key).Result(); err != nil {
+				return nil, fmt.Errorf("adopted stream %s: %w", key, err)
+			} else if n == 0 {
+				e.log.Warn("an adopted stream is gone: skipped", "key", key, "record", q.Adopted())
+				continue
+			}
+			ks := ks
+			out = append(out, target{Queue: ks.Queue, Stream: name, own: &ks})
+		}
 	}
 	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(out), nil

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,6 +30,8 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
+//	<prefix>:{<queue>}:policies, policy-runs, trimmed-unarchived   retention (PolicyStore)
+//	<prefix>:{<queue>}:adopted                       streams adopted under their own key (hash: name -> key)
 //
 // A stream adopted under its own key (KeyspaceFor) keeps that key; its queue
 // is the key's hash tag (the key itself when it has none), so every key
@@ -179,6 +182,45 @@ func (k Keyspace) Policies() string { return k.base() + "policies" }
 // each stream's declared policy: stream name to its outcome (JSON).
 func (k Keyspace) PolicyRuns() string { return k.base() + "policy-runs" }
 
+// Adopted returns the key of the queue's hash of streams adopted under
+// their own key (KeyspaceFor): the name silt's keys use to the stream's
+// key, so that a scan of the queue (archiver run --all) finds them.
+func (k Keyspace) Adopted() string { return k.base() + "adopted" }
+
+// Own returns the stream's own key and the name silt's keys use for it,
+// for a keyspace of KeyspaceFor; ok is false for silt's own streams.
+func (k Keyspace) Own() (key, name string, ok bool) { return k.own, k.ownName, k.own != "" }
+
+// RecordAdopted records ks's adopted stream in its queue's Adopted hash
+// (nothing for a keyspace of silt's own streams).
+func RecordAdopted(ctx context.Context, rdb Client, ks Keyspace) error {
+	if ks.own == "" {
+		return nil
+	}
+	if err := rdb.HSet(ctx, ks.Adopted(), ks.ownName, ks.own).Err(); err != nil {
+		return fmt.Errorf("record the adoption of %s: %w", ks.own, err)
+	}
+	return nil
+}
+
+// AdoptedIn returns the keyspaces of the streams adopted in ks's queue, by
+// the hash Adopted (RecordAdopted) holds; a field that no longer maps to
+// a keyspace of this queue is left out.
+func AdoptedIn(ctx context.Context, rdb Client, ks Keyspace) ([]Keyspace, error) {
+	m, err := rdb.HGetAll(ctx, ks.Adopted()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("streams adopted in %s: %w", ks.Adopted(), err)
+	}
+	var out []Keyspace
+	for name, key := range m {
+		own, ownName, err := KeyspaceFor(ks.Prefix, key)
+		if err == nil && ownName == name && own.Queue == ks.Queue {
+			out = append(out, own)
+		}
+	}
+	return out, nil
+}
+
 // TrimmedUnarchived returns the key of the queue's hash of entries removed
 // without an archive (archiver trim, trim-only policies): stream name to
 // how many of them were above the archive's watermark, gone for good.
@@ -233,7 +275,7 @@ func ParseKey(key string) (k Key, ok bool) {
 	k.Type = parts[0]
 	want := 0 // the number of parts the type has
 	switch k.Type {
-	case "kinds", "policies", "policy-runs":
+	case "kinds", "policies", "policy-runs", "trimmed-unarchived", "adopted":
 		want = 1
 	case "stream":
 		want = 2

@@ -46,10 +46,15 @@ func (p PolicyStore) AllPolicies(ctx context.Context) (map[string][]byte, error)
 	return out, nil
 }
 
-// SetPolicy records stream name's declared policy, replacing any.
+// SetPolicy records stream name's declared policy, replacing any. A stream
+// adopted under its own key is recorded as adopted too (RecordAdopted), so
+// that a scan of its queue finds it and applies the policy.
 func (p PolicyStore) SetPolicy(ctx context.Context, name string, b []byte) error {
 	if err := p.rdb.HSet(ctx, p.ks.Policies(), name, b).Err(); err != nil {
 		return fmt.Errorf("declare the policy of %s: %w", p.ks.Stream(name), err)
+	}
+	if _, own, ok := p.ks.Own(); ok && own == name {
+		return RecordAdopted(ctx, p.rdb, p.ks)
 	}
 	return nil
 }
