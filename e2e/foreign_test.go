@@ -101,7 +101,8 @@ func TestForeign_PlainXAddEntriesAreFirstClass(t *testing.T) {
 // TestForeign_StreamUnderItsOwnKey: streams that other producers write
 // under their own key names (`orders`, `app:{tenant}:events`) are adopted
 // with --key: worker, archiver, merged read and both statuses work on them,
-// on one Redis and on a Redis Cluster (silt's keys share the stream key's
+// and the Parquet export holds every entry once under its derived id, read
+// by DuckDB, on one Redis and on a Redis Cluster (silt's keys share the stream key's
 // hash tag, so its scripts and MULTIs stay in one slot), and a policy
 // declared for one is applied by archiver run --all.
 func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
@@ -153,6 +154,18 @@ func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
 					json.Unmarshal([]byte(line), &r)
 					if r.ID != want[i] || (i < 50) != (r.Source == "archive") {
 						t.Fatalf("%s line %d: %s, want %s", key, i, line, want[i])
+					}
+				}
+				// The Parquet export holds every entry once, under its derived id.
+				audit := filepath.Join(dir, "audit")
+				silt(t, "", env, "archiver", "export", "--to", "file://"+audit)
+				rows := duckRows(t, audit, "")
+				if len(rows) != len(want) {
+					t.Fatalf("%s: the export holds %d rows, want %d", key, len(rows), len(want))
+				}
+				for i, r := range rows {
+					if r.ID != want[i] || r.Fields["n"] != fmt.Sprint(i) {
+						t.Fatalf("%s: export row %d: %+v, want %s", key, i, r, want[i])
 					}
 				}
 				silt(t, "", env, "archiver", "status")

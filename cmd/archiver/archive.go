@@ -30,6 +30,7 @@ func archiveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"),
 			Usage: "object store URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true (default: <data-dir>/remote)"},
 		clix.EncryptionKeyFlag(),
+		&cli.StringFlag{Name: "dead-letters", Usage: "work on the dead-letter stream of consumer group `GROUP` instead of the stream: dead letters archive, read and export as any stream"},
 		&cli.DurationFlag{Name: "consistency-wait", EnvVars: clix.EnvVars("CONSISTENCY_WAIT"), Value: archive.DefaultConsistencyWait,
 			Usage: "how long a remote behind Redis's record of the archive is re-read before the command refuses it (exit 4): an eventually consistent store catches up"},
 	}
@@ -53,6 +54,7 @@ type env struct {
 	// rdb is then a client that is never used.
 	archiveOnly     bool
 	consistencyWait time.Duration
+	deadGroup       string // --dead-letters: the group whose dead letters are the stream
 
 	exportTo     fence.Store // archiver run --export-to
 	exportFormat export.Format
@@ -82,6 +84,12 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
+	deadGroup := c.String("dead-letters")
+	if deadGroup != "" {
+		if err := stream.ValidateName("group", deadGroup); err != nil {
+			return nil, clix.Usagef("--dead-letters", "%v", err)
+		}
+	}
 	logger, err := clix.NewLogger(c, c.App.ErrWriter)
 	if err != nil {
 		return nil, err
@@ -108,7 +116,7 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 	if remote == "" && !write && needStream && !archiveOnly {
 		// A reader goes where Redis recorded the stream's archive, from
 		// whatever directory it runs in.
-		remote = recordedRemote(c.Context, rdb, t)
+		remote = recordedRemote(c.Context, rdb, t, deadGroup)
 		if remote != "" {
 			logger.Info("no --remote given: reading the remote Redis recorded for the stream", "remote", clix.Redact(remote))
 		}
@@ -142,15 +150,18 @@ func openEnv(c *cli.Context, needStream, write bool) (*env, error) {
 		}
 		dataDir, cleanup = tmp, func() { os.RemoveAll(tmp) }
 	}
-	return &env{target: t, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup,
+	return &env{target: t, deadGroup: deadGroup, log: logger, rdb: rdb, store: store, dataDir: dataDir, remote: clix.Redact(remote), cleanup: cleanup,
 		archiveOnly: archiveOnly, consistencyWait: c.Duration("consistency-wait")}, nil
 }
 
 // recordedRemote is the remote Redis recorded for t's stream ("" when none
 // is, or when it was recorded redacted and cannot be opened as it is).
-func recordedRemote(ctx context.Context, rdb redis.UniversalClient, t clix.Target) string {
+func recordedRemote(ctx context.Context, rdb redis.UniversalClient, t clix.Target, deadGroup string) string {
 	kind := cmp.Or(t.Kind, brand.EVT) // the record does not depend on the kind
 	l, err := stream.NewLog(rdb, t.Keyspace, t.Stream, kind)
+	if err == nil && deadGroup != "" {
+		l, err = l.DeadLetters(deadGroup)
+	}
 	if err != nil {
 		return ""
 	}

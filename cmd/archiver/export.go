@@ -91,7 +91,7 @@ func exportAction(c *cli.Context) error {
 	if _, encrypted := e.store.(*fence.Encrypted); encrypted {
 		e.log.Warn("the archive is encrypted; the export is written in plain text: protect the target (SSE parameters of an s3 URL, bucket policy)")
 	}
-	a, err := e.openArchive(c.Context, target.Stream, "")
+	a, err := e.openArchive(c.Context, target.Stream, e.deadGroup)
 	if err != nil {
 		return err
 	}

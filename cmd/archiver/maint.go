@@ -296,7 +296,7 @@ func onArchive(write bool, fn func(c *cli.Context, e *env, a *archive.Archive) e
 			return err
 		}
 		defer e.close()
-		a, err := e.openArchive(c.Context, e.target.Stream, "")
+		a, err := e.openArchive(c.Context, e.target.Stream, e.deadGroup)
 		if err != nil {
 			return err
 		}

@@ -64,7 +64,7 @@ func readAction(c *cli.Context) error {
 		return err
 	}
 	defer e.close()
-	a, err := e.openArchive(c.Context, target.Stream, "")
+	a, err := e.openArchive(c.Context, target.Stream, e.deadGroup)
 	if err != nil {
 		return err
 	}

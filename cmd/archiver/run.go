@@ -161,6 +161,9 @@ func runAction(c *cli.Context) error {
 	if keyed && c.Bool("all") {
 		return clix.Usagef("--key", "give --key, or --all, not both")
 	}
+	if c.String("dead-letters") != "" && c.Bool("all") {
+		return clix.Usagef("--dead-letters", "--all takes every dead-letter stream already; give --dead-letters with --stream or --key")
+	}
 	if !keyed && (len(streamsOf(c)) == 0) == !c.Bool("all") {
 		return clix.Usagef("--stream", "give --stream NAME (repeatable), --key KEY or --all, not both")
 	}
@@ -422,13 +425,13 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 		if err := stream.RecordAdopted(c.Context, e.rdb, ks); err != nil {
 			return nil, err
 		}
-		return []target{{Queue: ks.Queue, Stream: name, own: &ks}}, nil
+		return []target{{Queue: ks.Queue, Stream: name, Dead: e.deadGroup, own: &ks}}, nil
 	}
 	ks := e.target.Keyspace
 	if !c.Bool("all") {
 		var out []target
 		for _, s := range streamsOf(c) {
-			out = append(out, target{Queue: ks.Queue, Stream: s})
+			out = append(out, target{Queue: ks.Queue, Stream: s, Dead: e.deadGroup})
 		}
 		return out, nil
 	}

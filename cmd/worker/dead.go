@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"text/tabwriter"
@@ -10,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/silt-dev/silt/cmd/internal/clix"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
 )
 
 func deadCommand() *cli.Command {
@@ -30,7 +33,11 @@ func deadCommand() *cli.Command {
 				ArgsUsage: "ID | --all [-- CMD ARGS...]",
 				Flags: slices.Concat(common, handlerFlags(), []cli.Flag{
 					&cli.StringFlag{Name: "id", Usage: "the entry id (branded or stream id) or the dead letter's id"},
-					&cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}}),
+					&cli.BoolFlag{Name: "all", Usage: "retry every dead letter"},
+					&cli.StringFlag{Name: "archive-remote", EnvVars: clix.EnvVars("ARCHIVE_REMOTE"),
+						Usage: "with --id: look for a dead letter the archiver has trimmed in the archive of the group's dead letters (archiver run --dead-letters GROUP, or --all)"},
+					&cli.StringFlag{Name: "archive-cache", EnvVars: clix.EnvVars("ARCHIVE_CACHE"), Value: "./silt-cache", Usage: "local cache of archive pages"},
+					clix.EncryptionKeyFlag()}),
 				Action: deadRetry,
 			},
 			{
@@ -105,6 +112,9 @@ func deadRetry(c *cli.Context) error {
 		defer pipe.close(10 * time.Second)
 	}
 	res, err := s.consumer.RetryDead(c.Context, h, match)
+	if errors.Is(err, stream.ErrNoDeadLetter) && c.String("archive-remote") != "" {
+		res, err = retryArchivedDead(c, s, h, match)
+	}
 	b, _ := json.Marshal(res)
 	out := summaryWriter(c)
 	fmt.Fprintf(out, "%s\n", b)
@@ -133,4 +143,48 @@ func deadDrop(c *cli.Context) error {
 	}
 	clix.PrintJSON(c.App.Writer, map[string]any{"dropped": dl.ID.String(), "entry_stream_id": dl.EntryStreamID.String(), "reason": dl.Reason})
 	return nil
+}
+
+// retryArchivedDead finds the dead letter match names in the archive of
+// the group's dead letters (the archiver trimmed it from the stream) and
+// hands it to h once: a dead letter retried with success before is
+// refused (stream.ErrRetriedBefore).
+func retryArchivedDead(c *cli.Context, s *setup, h stream.Handler, match string) (stream.RetryResult, error) {
+	var res stream.RetryResult
+	a, err := openArchiveRemote(c, s.consumer.DeadLetterLog())
+	if err != nil {
+		return res, err
+	}
+	// A dead letter is recorded after its entry was minted: its record
+	// and its entry are at or after the time the id given says.
+	from := stream.First
+	if id, err := brand.Parse(match); err == nil {
+		from = brand.StreamID{MS: id.StreamID.MS}
+	} else if sid, err := brand.ParseStreamID(match); err == nil {
+		from = brand.StreamID{MS: sid.MS}
+	}
+	for item, err := range a.Read(c.Context, from, stream.Last) {
+		if err != nil {
+			return res, err
+		}
+		dl, err := stream.DecodeDeadLetter(item.Entry)
+		if err != nil || !dl.Matches(match) {
+			continue
+		}
+		s.log.Info("dead letter found in the archive of the dead letters", "dead_letter", dl.ID.String(), "entry", dl.EntryID, "source", item.Source)
+		res.Retried++
+		if err := s.consumer.RetryDeadLetter(c.Context, h, dl); err != nil {
+			if errors.Is(err, stream.ErrRetriedBefore) || errors.Is(err, stream.ErrNoPayload) {
+				res.Refused++
+				return res, err
+			}
+			res.Failed++
+			s.log.Warn("retry failed", "entry", dl.EntryID, "error", err.Error())
+			return res, nil
+		}
+		res.Succeeded++
+		return res, nil
+	}
+	return res, fmt.Errorf("%q: neither in the dead-letter stream nor in its archive on %s: %w",
+		match, clix.Redact(c.String("archive-remote")), stream.ErrNoDeadLetter)
 }

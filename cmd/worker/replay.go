@@ -114,10 +114,20 @@ func replayBounds(c *cli.Context, kind brand.Kind) (from, to brand.StreamID, err
 
 // replaySource is the merged history with --archive-remote, else the live stream.
 func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
-	remote := c.String("archive-remote")
-	if remote == "" {
+	if c.String("archive-remote") == "" {
 		return archive.LiveOnly(l), nil
 	}
+	a, err := openArchiveRemote(c, l)
+	if err != nil {
+		return nil, err
+	}
+	return a.Read, nil
+}
+
+// openArchiveRemote opens l's archive on --archive-remote (read only,
+// pages cached under --archive-cache), proven against Redis's record.
+func openArchiveRemote(c *cli.Context, l *stream.Log) (*archive.Archive, error) {
+	remote := c.String("archive-remote")
 	if err := clix.CheckStoreURL(remote); err != nil {
 		return nil, clix.Usagef("--archive-remote", "%v", err)
 	}
@@ -139,5 +149,5 @@ func replaySource(c *cli.Context, l *stream.Log) (archive.Source, error) {
 	if err := a.CheckRemote(c.Context); err != nil {
 		return nil, err
 	}
-	return a.Read, nil
+	return a, nil
 }

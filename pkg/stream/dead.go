@@ -51,6 +51,10 @@ func (c *Consumer) DeadLetters(ctx context.Context) iter.Seq2[DeadLetter, error]
 	}
 }
 
+// DecodeDeadLetter decodes one record of a dead-letter stream (read live,
+// or from the archive of the dead letters).
+func DecodeDeadLetter(e Entry) (DeadLetter, error) { return decodeDeadLetter(e) }
+
 func decodeDeadLetter(e Entry) (DeadLetter, error) {
 	f := e.Fields
 	dl := DeadLetter{ID: e.ID, EntryID: f["entry_id"], Group: f["group"], Consumer: f["consumer"], Reason: f["reason"]}
@@ -116,20 +120,19 @@ func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (Retr
 			continue
 		}
 		res.Retried++
-		d := Delivery{StreamID: dl.EntryStreamID, Fields: dl.Payload, Attempts: dl.Attempts + 1, Group: c.group, Consumer: c.name}
-		d.ID, _ = brand.Parse(dl.EntryID)
-		if herr := call(ctx, h, d); herr != nil {
+		herr, err := c.retryOne(ctx, h, dl, false)
+		if err != nil {
+			return res, err
+		}
+		if herr != nil {
 			res.Failed++
 			c.Logger.Warn("retry failed", "entry", dl.EntryID, "error", herr.Error())
 			continue
 		}
-		if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
-			return res, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
-		}
 		res.Succeeded++
 	}
 	if match != "" && !found {
-		return res, fmt.Errorf("no dead letter %q in %s", match, c.dead.key)
+		return res, fmt.Errorf("%q in %s: %w", match, c.dead.key, ErrNoDeadLetter)
 	}
 	return res, nil
 }
@@ -150,7 +153,61 @@ func (c *Consumer) DropDead(ctx context.Context, match string) (DeadLetter, erro
 		}
 		return dl, nil
 	}
-	return DeadLetter{}, fmt.Errorf("no dead letter %q in %s", match, c.dead.key)
+	return DeadLetter{}, fmt.Errorf("%q in %s: %w", match, c.dead.key, ErrNoDeadLetter)
+}
+
+// Matches reports whether match names this record: its entry's branded id
+// or stream id, or the record's own id (empty matches every record).
+func (dl DeadLetter) Matches(match string) bool { return dl.matches(match) }
+
+// ErrNoDeadLetter is wrapped by the error of RetryDead and DropDead when no
+// record of the dead-letter stream matches.
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// ErrRetriedBefore is wrapped by RetryDeadLetter's error for a dead letter
+// that was retried with success before: its handler is not run again.
+var ErrRetriedBefore = errors.New("dead letter retried before")
+
+// RetryDeadLetter hands one dead letter to h again, whether it is still in
+// the dead-letter stream or was read back from their archive after the
+// archiver trimmed it. On success it is removed from the stream (when
+// there) and recorded as retried (Keyspace.DeadRetried), so that a dead
+// letter that lives on in the archive is not handed to a handler twice:
+// asked for again, it is refused with ErrRetriedBefore, naming when.
+func (c *Consumer) RetryDeadLetter(ctx context.Context, h Handler, dl DeadLetter) error {
+	key := c.log.ks.DeadRetried(c.log.name, c.group)
+	if at, err := c.log.rdb.HGet(ctx, key, dl.ID.String()).Result(); err == nil {
+		return fmt.Errorf("dead letter %s of %s: %w at %s", dl.ID, dl.EntryStreamID, ErrRetriedBefore, at)
+	} else if !isNil(err) {
+		return fmt.Errorf("dead letters retried (%s): %w", key, err)
+	}
+	if dl.NoPayload {
+		return fmt.Errorf("dead letter of %s (%s): %w; nothing to hand a handler", dl.EntryStreamID, dl.Reason, ErrNoPayload)
+	}
+	herr, err := c.retryOne(ctx, h, dl, true)
+	if herr != nil {
+		return fmt.Errorf("retry of dead letter %s (entry %s): %w", dl.ID, dl.EntryID, herr)
+	}
+	return err
+}
+
+// retryOne hands dl to h (recovered: its payload came from the archive)
+// and, on success, records it as retried and removes it from the
+// dead-letter stream. herr is the handler's error; err is Redis's.
+func (c *Consumer) retryOne(ctx context.Context, h Handler, dl DeadLetter, recovered bool) (herr, err error) {
+	d := Delivery{StreamID: dl.EntryStreamID, Fields: dl.Payload, Attempts: dl.Attempts + 1, Group: c.group, Consumer: c.name, Recovered: recovered}
+	d.ID, _ = brand.Parse(dl.EntryID)
+	if herr := call(ctx, h, d); herr != nil {
+		return herr, nil
+	}
+	key := c.log.ks.DeadRetried(c.log.name, c.group)
+	if err := c.log.rdb.HSet(ctx, key, dl.ID.String(), time.Now().UTC().Format(time.RFC3339Nano)).Err(); err != nil {
+		return nil, fmt.Errorf("record the retry of dead letter %s in %s: %w", dl.ID, key, err)
+	}
+	if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
+		return nil, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
+	}
+	return nil, nil
 }
 
 // matches reports whether match (empty: everything) names this record.

@@ -30,6 +30,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
+//	<prefix>:{<queue>}:dead-retried:<stream>:<group> dead letters retried from the archive (hash: record id -> time)
 //	<prefix>:{<queue>}:policies, policy-runs, trimmed-unarchived   retention (PolicyStore)
 //	<prefix>:{<queue>}:adopted                       streams adopted under their own key (hash: name -> key)
 //
@@ -163,6 +164,12 @@ func (k Keyspace) DeadLetter(stream, group string) string {
 	return k.base() + "dead:" + stream + ":" + group
 }
 
+// DeadRetried returns the key of a group's dead letters retried with
+// success by RetryDeadLetter: record id to the time of the retry.
+func (k Keyspace) DeadRetried(stream, group string) string {
+	return k.base() + "dead-retried:" + stream + ":" + group
+}
+
 // Attempts returns the key of a group's handler-start counts: a hash from
 // stream id to how many times a handler was started for that entry, kept
 // until the entry is acked or dead-lettered.
@@ -279,7 +286,7 @@ func ParseKey(key string) (k Key, ok bool) {
 		want = 1
 	case "stream":
 		want = 2
-	case "dead", "catchup", "lease", "attempts", "windows", "replay":
+	case "dead", "catchup", "lease", "attempts", "windows", "replay", "dead-retried":
 		want = 3
 	case "done":
 		want = 4

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/silt-dev/silt/internal/testing/testserver"
+)
+
+// TestDeadLetters_ArchivedReadAndRetriedFromTheArchive: dead letters are a
+// stream like any other. archiver run --dead-letters archives them through
+// the same fence and trims them; archiver read --dead-letters finds them,
+// archive and live merged; worker dead retry --id takes one the archiver
+// trimmed back from the archive, once: a second retry is refused.
+func TestDeadLetters_ArchivedReadAndRetriedFromTheArchive(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	remote := "file://" + filepath.Join(dir, "remote")
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g",
+		"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=" + remote, "SILT_ARCHIVE_CACHE=" + filepath.Join(dir, "cache")}
+	ids := strings.Fields(silt(t, `{"n":"1"}`+"\n"+`{"n":"2"}`+"\n"+`{"n":"3"}`+"\n"+`{"n":"4"}`+"\n"+`{"n":"5"}`+"\n", env, "worker", "append"))
+	if len(ids) != 5 {
+		t.Fatalf("appended %v", ids)
+	}
+	if out := silt(t, "", env, "worker", "run", "--block", "100ms", "--exec", "exit 65"); !strings.Contains(out, `"dead_lettered":5`) {
+		t.Fatalf("worker run: %s", out)
+	}
+	deadKey := "emq:{cm}:dead:events:g"
+	out := silt(t, "", env, "archiver", "run", "--stream", "events", "--dead-letters", "g", "--keep-last", "1", "--exact")
+	if !strings.Contains(out, `"archived":4`) || srv.Client(t).XLen(t.Context(), deadKey).Val() != 1 {
+		t.Fatalf("archiver run --dead-letters g: %s; %d dead letters live, want 1", out, srv.Client(t).XLen(t.Context(), deadKey).Val())
+	}
+	var sources []string
+	for _, line := range strings.Split(strings.TrimSpace(silt(t, "", env, "archiver", "read", "--dead-letters", "g")), "\n") {
+		var r struct {
+			Source string
+			Fields map[string]string
+		}
+		json.Unmarshal([]byte(line), &r)
+		sources = append(sources, r.Source+":"+r.Fields["entry_id"])
+	}
+	want := []string{"archive:" + ids[0], "archive:" + ids[1], "archive:" + ids[2], "archive:" + ids[3], "live:" + ids[4]}
+	if strings.Join(sources, " ") != strings.Join(want, " ") {
+		t.Fatalf("archiver read --dead-letters g: %v, want %v", sources, want)
+	}
+
+	// Without the archive the trimmed dead letter is not found; with it,
+	// it is handed to the handler once.
+	got := filepath.Join(dir, "retried")
+	if code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--id", ids[1], "--archive-remote", "", "--exec", "cat > "+got); code != 1 || !strings.Contains(errOut, "no such dead letter") {
+		t.Fatalf("retry of a trimmed dead letter without the archive: exit %d, %s", code, errOut)
+	}
+	if out := silt(t, "", env, "worker", "dead", "retry", "--id", ids[1], "--exec", "cat > "+got); !strings.Contains(out, `"succeeded":1`) {
+		t.Fatalf("retry from the archive: %s", out)
+	}
+	b, _ := os.ReadFile(got)
+	var d struct {
+		ID        string
+		Recovered bool
+		Payload   map[string]string
+	}
+	if err := json.Unmarshal(b, &d); err != nil || d.ID != ids[1] || d.Payload["n"] != "2" || !d.Recovered {
+		t.Fatalf("the retried delivery: %s (%v)", b, err)
+	}
+	if code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--id", ids[1], "--exec", "true"); code != 1 || !strings.Contains(errOut, "retried before") {
+		t.Fatalf("a second retry of the same archived dead letter: exit %d, %s", code, errOut)
+	}
+	// The live one is retried as before, and not again from the archive.
+	if out := silt(t, "", env, "worker", "dead", "retry", "--id", ids[4], "--exec", "true"); !strings.Contains(out, `"succeeded":1`) {
+		t.Fatalf("retry of the live dead letter: %s", out)
+	}
+}
