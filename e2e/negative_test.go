@@ -29,7 +29,7 @@ var negativeControls = []struct {
 	{"silt_negative_proof", "./e2e", "^TestFaultSchedule$", "exited 0 on a remote with"},
 	// No handler reaper: a SIGKILLed worker leaves the processes of a
 	// script that dash forked (and of co-processes) running.
-	{"silt_negative_reaper", "./e2e", "^TestWorker_NoHandlerOutlivesAKilledWorker$", "outlived its SIGKILLed worker"},
+	{"silt_negative_reaper", "./e2e", "^TestWorker_NoHandlerOutlivesAKilledWorker$", "outlived their SIGKILLed worker"},
 	// A 412 is taken for a lost race without reading the object back.
 	{"silt_negative_readback", "./pkg/fence/s3", "^TestS3_LostReplyVerdict$", "got the wrong verdict"},
 	// The page checksum is skipped: a corrupt page read by range goes through.
