@@ -298,40 +298,9 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 		r.fail(err)
 		return r
 	}
-	// The stream's declared policy (dead letters declare none): applied
-	// when the command line gives none; the command line's applies to a
-	// stream that declares none; a conflict between them is an error.
-	given := p.KeepLast > 0 || p.KeepFor > 0
-	var d archive.Declared
-	declared := false
-	if t.Dead == "" {
-		if d, declared, err = archive.DeclaredPolicy(c.Context, stream.NewPolicyStore(e.rdb, ks), t.Stream); err != nil {
-			r.fail(err)
-			return r
-		}
-	}
-	flags := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: true}
-	switch {
-	case declared && given && !d.Same(flags):
-		r.Error = fmt.Sprintf("%s declares %s; the command line says %s: remove the flags to apply the declared policy, "+
-			"or change it with archiver policy set", ks.Stream(t.Stream), clix.PolicyFlags(&d), clix.PolicyFlags(&flags))
+	d, declared, done := e.planStream(c, t, ks, p, &r)
+	if done {
 		return r
-	case !declared && !given && c.Bool("all"):
-		r.Policy = "none: undeclared"
-		return r
-	case !declared && !given:
-		r.Error = fmt.Sprintf("%s declares no retention policy: give --keep-last N and/or --keep-for D, or declare one with archiver policy set", ks.Stream(t.Stream))
-		return r
-	case declared && !d.Archive:
-		r.Policy = "declared, trim only"
-		if r.Trimmed, err = e.trimOnly(c.Context, ks, t.Stream, d); err != nil {
-			r.fail(err)
-		}
-		_, final := e.metrics.progress(streamAttrs(t.Queue, t.Stream, t.Dead))
-		final(r.Result)
-		return r
-	case declared:
-		r.Policy = "declared"
 	}
 	a, err := e.openArchiveIn(c.Context, ks, t.Stream, t.Dead)
 	if err != nil {
@@ -383,6 +352,46 @@ func archiveOne(c *cli.Context, e *env, t target, p archive.Policy, bar *progres
 		r.Export, r.Error = e.exportArchived(c.Context, a, r.W)
 	}
 	return r
+}
+
+// planStream decides what archiveOne applies to t: the stream's declared
+// policy (dead letters declare none) when the command line gives none, the
+// command line's to a stream that declares none; a conflict between them
+// is an error. A trim-only policy is applied here. done reports that r is
+// final: nothing is left to archive.
+func (e *env) planStream(c *cli.Context, t target, ks stream.Keyspace, p archive.Policy, r *streamResult) (d archive.Declared, declared, done bool) {
+	var err error
+	given := p.KeepLast > 0 || p.KeepFor > 0
+	if t.Dead == "" {
+		if d, declared, err = archive.DeclaredPolicy(c.Context, stream.NewPolicyStore(e.rdb, ks), t.Stream); err != nil {
+			r.fail(err)
+			return d, declared, true
+		}
+	}
+	flags := archive.Declared{Policy: p, Exact: c.Bool("exact"), Archive: true}
+	switch {
+	case declared && given && !d.Same(flags):
+		r.Error = fmt.Sprintf("%s declares %s; the command line says %s: remove the flags to apply the declared policy, "+
+			"or change it with archiver policy set", ks.Stream(t.Stream), clix.PolicyFlags(&d), clix.PolicyFlags(&flags))
+		return d, declared, true
+	case !declared && !given && c.Bool("all"):
+		r.Policy = "none: undeclared"
+		return d, declared, true
+	case !declared && !given:
+		r.Error = fmt.Sprintf("%s declares no retention policy: give --keep-last N and/or --keep-for D, or declare one with archiver policy set", ks.Stream(t.Stream))
+		return d, declared, true
+	case declared && !d.Archive:
+		r.Policy = "declared, trim only"
+		if r.Trimmed, err = e.trimOnly(c.Context, ks, t.Stream, d); err != nil {
+			r.fail(err)
+		}
+		_, final := e.metrics.progress(streamAttrs(t.Queue, t.Stream, t.Dead))
+		final(r.Result)
+		return d, declared, true
+	case declared:
+		r.Policy = "declared"
+	}
+	return d, declared, false
 }
 
 // exportArchived exports a's history up to w (what its commits hold) to
