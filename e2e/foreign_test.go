@@ -196,3 +196,35 @@ func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
 		})
 	}
 }
+
+// TestForeign_KeyThatIsNotAStream: --key naming a key of another type is a
+// clear error from every command, and nothing is written.
+func TestForeign_KeyThatIsNotAStream(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "ACL", "SETUSER", testserver.SiltUser, "~orders").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "orders", "a string", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_KEY=orders", "SILT_GROUP=g",
+		"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+	before := rdb.Keys(ctx, "*").Val()
+	for _, args := range [][]string{
+		{"worker", "run", "--block", "100ms", "--", "true"},
+		{"worker", "append", "a=1"},
+		{"archiver", "run", "--keep-last", "1"},
+		{"archiver", "read"},
+	} {
+		code, _, errOut := exitCode(t, env, "", args[0], args[1:]...)
+		if code != 1 || !strings.Contains(errOut, "orders holds a string, not a stream") {
+			t.Errorf("%v on a string key: exit %d, %s", args, code, errOut)
+		}
+	}
+	if after := rdb.Keys(ctx, "*").Val(); len(after) != len(before) || rdb.Get(ctx, "orders").Val() != "a string" {
+		t.Fatalf("keys before %v, after %v", before, after)
+	}
+}

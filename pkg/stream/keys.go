@@ -199,10 +199,16 @@ func (k Keyspace) Adopted() string { return k.base() + "adopted" }
 func (k Keyspace) Own() (key, name string, ok bool) { return k.own, k.ownName, k.own != "" }
 
 // RecordAdopted records ks's adopted stream in its queue's Adopted hash
-// (nothing for a keyspace of silt's own streams).
+// (nothing for a keyspace of silt's own streams). A key that holds another
+// type is refused (ErrNotStream) and nothing is recorded.
 func RecordAdopted(ctx context.Context, rdb Client, ks Keyspace) error {
 	if ks.own == "" {
 		return nil
+	}
+	if typ, err := rdb.Type(ctx, ks.own).Result(); err != nil {
+		return fmt.Errorf("type of %s: %w", ks.own, err)
+	} else if typ != "stream" && typ != "none" {
+		return fmt.Errorf("%s holds a %s, not a stream; nothing was changed: %w", ks.own, typ, ErrNotStream)
 	}
 	if err := rdb.HSet(ctx, ks.Adopted(), ks.ownName, ks.own).Err(); err != nil {
 		return fmt.Errorf("record the adoption of %s: %w", ks.own, err)

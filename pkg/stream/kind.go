@@ -2,7 +2,9 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +55,14 @@ func runKindScript(ctx context.Context, rdb Client, ks Keyspace, name string, fa
 	if isNil(err) {
 		return "", false, nil
 	}
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		key := ks.Stream(name)
+		typ, terr := rdb.Type(ctx, key).Result()
+		if terr != nil {
+			typ = "value of another type"
+		}
+		return "", false, fmt.Errorf("%s holds a %s, not a stream; nothing was changed: %w", key, typ, ErrNotStream)
+	}
 	if err != nil {
 		return "", false, fmt.Errorf("kind of stream %s: %w", ks.Stream(name), err)
 	}
@@ -62,6 +72,9 @@ func runKindScript(ctx context.Context, rdb Client, ks Keyspace, name string, fa
 	}
 	return k, true, nil
 }
+
+// ErrNotStream means a key silt was pointed at holds another type.
+var ErrNotStream = errors.New("not a stream")
 
 // bound is set once the log's kind is known to be the stream's.
 type bound struct{ ok atomic.Bool }

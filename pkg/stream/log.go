@@ -65,6 +65,7 @@ type Client interface {
 	XTrimMinIDApprox(ctx context.Context, key string, minID string, limit int64) *redis.IntCmd
 
 	Get(ctx context.Context, key string) *redis.StringCmd
+	Type(ctx context.Context, key string) *redis.StatusCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
