@@ -40,6 +40,7 @@ BEGIN {
 	id["Latency_Ratio/steady"] = "P9";      goal["P9"] = "<= 1.2";   cmd["P9"] = "-bench Latency_Ratio ./pkg/stream (p99 worker ÷ raw BLOCK loop, 1,000/s)"
 	id["Latency_Ratio/burst"] = "P9 burst"; goal["P9 burst"] = "<= 1.2"; cmd["P9 burst"] = "the same, bursts of 200"
 	id["Pipe_Ratio/stdout"] = "P10";        goal["P10"] = ">= 0.5";  cmd["P10"] = "-bench Pipe_Ratio ./cmd/worker"
+	id["Pipe_Ratio/stdout cpu"] = "P10 cpu"; goal["P10 cpu"] = "<= 2";  cmd["P10 cpu"] = "the same (the worker'"'"'s own CPU per entry, --pipe ÷ --stdout)"
 	id["Pipe_Ratio/exec"] = "P10b";         goal["P10b"] = ">= 50";  cmd["P10b"] = "the same"
 	id["ConsumerStrong_Ratio"] = "P11";     goal["P11"] = ">= 0.9";  cmd["P11"] = "-bench ConsumerStrong_Ratio ./pkg/stream"
 	id["Webhook_Ratio"] = "P12";            goal["P12"] = ">= 0.8";  cmd["P12"] = "-bench Webhook_Ratio ./cmd/worker"
@@ -51,14 +52,22 @@ BEGIN {
 }
 /^Benchmark.*Ratio/ {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+	cr = ""
 	for (i = 1; i <= NF; i++) {
 		if ($(i+1) == "ratio") r = $i
 		if ($(i+1) == "ratio-min") lo = $i
 		if ($(i+1) == "ratio-max") hi = $i
+		if ($(i+1) == "cpu-ratio") cr = $i
+		if ($(i+1) == "cpu-ratio-min") clo = $i
+		if ($(i+1) == "cpu-ratio-max") chi = $i
 	}
-	k = id[name]; g = goal[k]; split(g, gp, " ")
+	row(id[name], r, lo, hi, $2)
+	if (cr != "") row(id[name " cpu"], cr, clo, chi, $2)
+}
+function row(k, r, lo, hi, rounds,   g, gp, met) {
+	g = goal[k]; split(g, gp, " ")
 	met = (gp[1] == ">=") ? (r >= gp[2] ? "yes" : "no") : (gp[1] == "<=" ? (r <= gp[2] ? "yes" : "no") : "")
-	printf "| %s | %.3g | %.3g | %.3g | %s | %s | %s | %s |\n", k, r, lo, hi, g, met, $2, cmd[k]
+	printf "| %s | %.3g | %.3g | %.3g | %s | %s | %s | %s |\n", k, r, lo, hi, g, met, rounds, cmd[k]
 }
 /requests per commit/ {
 	sub(/.*requests per commit: /, "")

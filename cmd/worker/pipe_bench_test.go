@@ -49,7 +49,13 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 		return run(tb, p.handle, entries)
 	}
 	b.Run("stdout", func(b *testing.B) {
-		benchratio.Compare(b, pipe, func(tb testing.TB) int { return run(tb, stdoutHandler(io.Discard), entries) })
+		// Wall clock (ratio), and the worker's own CPU per entry (cpu-ratio:
+		// --pipe ÷ --stdout, the co-process's CPU left out: it is the
+		// user's code, and on two cores it shares them with the worker).
+		var pipeCPU, stdoutCPU []float64
+		benchratio.Compare(b, benchratio.WithCPU(pipe, &pipeCPU),
+			benchratio.WithCPU(func(tb testing.TB) int { return run(tb, stdoutHandler(io.Discard), entries) }, &stdoutCPU))
+		benchratio.ReportCPURatio(b, "cpu-ratio", pipeCPU, stdoutCPU)
 	})
 	b.Run("exec", func(b *testing.B) {
 		exec := execHandler([]string{exe}, time.Minute, []string{"SILT_TEST_COPROCESS=exec"}, nil, quiet)

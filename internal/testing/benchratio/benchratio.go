@@ -5,6 +5,7 @@ package benchratio
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -55,6 +56,46 @@ func Untimed(setup func()) {
 	start := time.Now()
 	setup()
 	untimed += time.Since(start)
+}
+
+// WithCPU wraps round to append, after each run, the process's own CPU
+// time per item (user and system, in ns; the CPU of child processes such
+// as a co-process handler is not the process's own) to into.
+func WithCPU(round Round, into *[]float64) Round {
+	return func(tb testing.TB) int {
+		start := processCPU()
+		n := round(tb)
+		*into = append(*into, float64(processCPU()-start)/float64(max(n, 1)))
+		return n
+	}
+}
+
+// ReportCPURatio reports the median and spread of the per-round ratios
+// silt/raw of two WithCPU series as "<name>", "<name>-min", "<name>-max",
+// with both sides' median ns per item.
+func ReportCPURatio(b *testing.B, name string, silt, raw []float64) {
+	b.Helper()
+	var ratios []float64
+	for i := range min(len(silt), len(raw)) {
+		ratios = append(ratios, silt[i]/raw[i])
+	}
+	if len(ratios) == 0 {
+		return
+	}
+	b.ReportMetric(median(silt), "silt-cpu-ns/item")
+	b.ReportMetric(median(raw), "raw-cpu-ns/item")
+	b.ReportMetric(median(ratios), name)
+	b.ReportMetric(slices.Min(ratios), name+"-min")
+	b.ReportMetric(slices.Max(ratios), name+"-max")
+	b.Logf("%s=%.3f", name, ratios)
+}
+
+// processCPU is the CPU time the process itself has used (RUSAGE_SELF:
+// children excluded).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {
