@@ -139,7 +139,6 @@ func (l *Log) Name() string { return l.name }
 // Keyspace returns the keyspace the stream lives in.
 func (l *Log) Keyspace() Keyspace { return l.ks }
 
-
 // DeadLetters returns the log of group's dead-letter stream, of the same kind.
 func (l *Log) DeadLetters(group string) (*Log, error) {
 	if err := ValidateName("group", group); err != nil {
