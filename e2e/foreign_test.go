@@ -228,3 +228,33 @@ func TestForeign_KeyThatIsNotAStream(t *testing.T) {
 		t.Fatalf("keys before %v, after %v", before, after)
 	}
 }
+
+// TestForeign_DeclaredKind: worker kind set declares the kind of a stream
+// other producers write with plain XADD, whose entries then take ids of
+// that kind; a stream's kind never changes.
+func TestForeign_DeclaredKind(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "ACL", "SETUSER", testserver.SiltUser, "~orders").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: map[string]any{"n": fmt.Sprint(i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_KEY=orders", "SILT_GROUP=g"}
+	if out := silt(t, "", env, "worker", "kind", "show"); !strings.Contains(out, `"kind":"EVT"`) || !strings.Contains(out, `"recorded":false`) {
+		t.Fatalf("kind show before a declaration: %s", out)
+	}
+	silt(t, "", env, "worker", "kind", "set", "--kind", "JOB")
+	out := silt(t, "", env, "worker", "run", "--block", "100ms", "--stdout")
+	if n := strings.Count(out, `"id":"JOB_`); n != 3 {
+		t.Fatalf("deliveries after declaring JOB: %d JOB ids in %s", n, out)
+	}
+	if code, _, errOut := exitCode(t, env, "", "worker", "kind", "set", "--kind", "USR"); code != 1 || !strings.Contains(errOut, "holds JOB ids, not USR") {
+		t.Fatalf("redeclaring another kind: exit %d, %s", code, errOut)
+	}
+	silt(t, "", env, "worker", "kind", "set", "--kind", "JOB") // the same kind again: fine
+}

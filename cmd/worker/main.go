@@ -24,7 +24,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	app := &cli.App{
 		Name:     "worker",
 		Usage:    "append to a Redis stream and consume it, losing nothing",
-		Commands: []*cli.Command{appendCommand(), runCommand(), deadCommand(), statusCommand(), replayCommand()},
+		Commands: []*cli.Command{appendCommand(), runCommand(), deadCommand(), statusCommand(), replayCommand(), kindCommand()},
 	}
 	return clix.Run(ctx, app, args, stdin, stdout, stderr)
 }

@@ -73,6 +73,29 @@ func runKindScript(ctx context.Context, rdb Client, ks Keyspace, name string, fa
 	return k, true, nil
 }
 
+// DeclareKind records kind as the kind of ids stream name of ks holds, for
+// a stream that has none yet (one other producers wrote with plain XADD,
+// whose entries then take their branded ids in that kind). A stream that
+// holds another kind (recorded, or the kind of its first entry's id) is
+// refused with ErrWrongKind, and nothing changes: a stream's kind never
+// changes. It returns the kind now recorded.
+func DeclareKind(ctx context.Context, rdb Client, ks Keyspace, name string, kind brand.Kind) (brand.Kind, error) {
+	if err := ValidateName("stream", name); err != nil {
+		return "", err
+	}
+	if _, err := brand.ParseKind(string(kind)); err != nil {
+		return "", err
+	}
+	k, _, err := runKindScript(ctx, rdb, ks, name, kind, "record")
+	if err != nil {
+		return "", err
+	}
+	if k != kind {
+		return k, fmt.Errorf("stream %s holds %s ids, not %s; a stream's kind never changes: %w", ks.Stream(name), k, kind, ErrWrongKind)
+	}
+	return k, nil
+}
+
 // ErrNotStream means a key silt was pointed at holds another type.
 var ErrNotStream = errors.New("not a stream")
 
