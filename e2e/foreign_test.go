@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -98,8 +100,9 @@ func TestForeign_PlainXAddEntriesAreFirstClass(t *testing.T) {
 	report(t, scenario{Name: "a stream half written by plain XADD * (no id field): worker, archive, read, export", Runs: 4, counts: counts{Entries: len(want)}})
 }
 
-// TestForeign_StreamUnderItsOwnKey: streams that other producers write
-// under their own key names (`orders`, `app:{tenant}:events`) are adopted
+// TestForeign_StreamUnderItsOwnKey: streams that another language's client
+// writes with plain XADD * (ioredis; a Cluster client on the cluster) under
+// their own key names (`orders`, `app:{tenant}:events`) are adopted
 // with --key: worker, archiver, merged read and both statuses work on them,
 // and the Parquet export holds every entry once under its derived id, read
 // by DuckDB, on one Redis and on a Redis Cluster (silt's keys share the stream key's
@@ -126,13 +129,14 @@ func TestForeign_StreamUnderItsOwnKey(t *testing.T) {
 				dir := t.TempDir()
 				env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_KEY=" + key, "SILT_GROUP=g",
 					"SILT_DATA_DIR=" + filepath.Join(dir, "data"), "SILT_ARCHIVE_REMOTE=file://" + filepath.Join(dir, "remote")}
+				// The producer is another language's client: ioredis,
+				// plain XADD key * (a Cluster client on the cluster).
 				var want []string
-				for i := range 60 {
-					sid, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "*", Values: map[string]any{"n": fmt.Sprint(i)}}).Result()
+				for _, sid := range nodeXAdd(t, srv.URL(), key, 60) {
+					id, err := brand.FromStreamID(brand.EVT, sid)
 					if err != nil {
 						t.Fatal(err)
 					}
-					id, _ := brand.FromStreamID(brand.EVT, sid)
 					want = append(want, id.String())
 				}
 				rec := filepath.Join(dir, "handled")
@@ -257,4 +261,43 @@ func TestForeign_DeclaredKind(t *testing.T) {
 		t.Fatalf("redeclaring another kind: exit %d, %s", code, errOut)
 	}
 	silt(t, "", env, "worker", "kind", "set", "--kind", "JOB") // the same kind again: fine
+}
+
+// nodeXAddScript appends N entries {n: i} to KEY with ioredis's plain
+// XADD KEY * (a Cluster client when REDIS_URLS names several nodes) and
+// prints each stream id.
+const nodeXAddScript = `
+const Redis = require('ioredis');
+const urls = process.env.REDIS_URLS.split(',');
+const r = urls.length > 1
+  ? new Redis.Cluster(urls.map(u => { const x = new URL(u); return { host: x.hostname, port: Number(x.port) }; }))
+  : new Redis(urls[0]);
+(async () => {
+  for (let i = 0; i < Number(process.env.N); i++) console.log(await r.xadd(process.env.KEY, '*', 'n', String(i)));
+  r.disconnect();
+})().catch(e => { console.error(e.message); process.exit(1); });
+`
+
+// nodeXAdd runs nodeXAddScript and returns the stream ids it printed.
+func nodeXAdd(t *testing.T, urls, key string, n int) []string {
+	t.Helper()
+	nodePath := os.Getenv("SILT_NODE_PATH")
+	if nodePath == "" {
+		testserver.Absent(t, "the producer clients (ioredis)", `eval "$(scripts/clients.sh)"`)
+	}
+	cmd := exec.Command("node", "-e", nodeXAddScript)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+nodePath, "REDIS_URLS="+urls, "KEY="+key, "N="+fmt.Sprint(n))
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("ioredis XADD: %v %s", err, stderr)
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) != n {
+		t.Fatalf("ioredis appended %d of %d entries: %s", len(ids), n, out)
+	}
+	return ids
 }
