@@ -70,7 +70,11 @@ func FromURL(u *url.URL) (Config, error) {
 		switch k {
 		case "endpoint", "region", "path-style", "consistent", "timeout", "sse", "sse-kms-key-id", "sse-c-key-file":
 		default:
-			return Config{}, fmt.Errorf("%w: unknown s3 URL parameter %q (want endpoint, region, path-style, consistent, timeout, sse, sse-kms-key-id, sse-c-key-file)", fence.ErrBadURL, k)
+			const want = "(want endpoint, region, path-style, consistent, timeout, sse, sse-kms-key-id, sse-c-key-file)"
+			if strings.ContainsAny(k, "@:") { // userinfo in the wrong place: not echoed
+				return Config{}, fmt.Errorf("%w: an unknown s3 URL parameter holds ':' or '@' (credentials in the wrong place?); it is not shown %s", fence.ErrBadURL, want)
+			}
+			return Config{}, fmt.Errorf("%w: unknown s3 URL parameter %q %s", fence.ErrBadURL, k, want)
 		}
 	}
 	cfg.Endpoint, cfg.Region = q.Get("endpoint"), q.Get("region")
