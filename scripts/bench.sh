@@ -4,10 +4,15 @@
 #
 #   scripts/bench.sh [ROUNDS]            (default 9 interleaved rounds per ratio)
 #   SILT_BENCH_RSS=1 scripts/bench.sh    also P6 (peak RSS at 10M / 100k entries; minutes)
+#   scripts/bench.sh --baseline REF [ROUNDS]   each ratio beside REF's, in the same minutes
 #
 # Starts its own MinIO (the benchmarks start their own redis-servers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --baseline ]; then # each ratio beside a baseline commit's (scripts/bench-baseline.sh)
+	shift
+	exec scripts/bench-baseline.sh "$@"
+fi
 rounds=${1:-9}
 
 SILT_SERVERS_DIR=$(mktemp -d)
