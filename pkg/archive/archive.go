@@ -2,7 +2,10 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -123,13 +126,56 @@ type OpenOptions struct {
 func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.Store, opt OpenOptions) (*Archive, error) {
 	a := &Archive{SliceEntries: DefaultSliceEntries, SliceBytes: DefaultSliceBytes, ConsistencyWait: DefaultConsistencyWait,
 		log: log, warn: opt.Warn}
-	vol, err := graft.OpenWith(ctx, dataDir, volumeOf(log), store,
-		graft.Options{KeepMeta: []string{metaW}, Warn: opt.Warn, Failpoint: a.failpoint})
+	gopt := graft.Options{KeepMeta: []string{metaW}, Warn: opt.Warn, Failpoint: a.failpoint}
+	vol, err := graft.OpenWith(ctx, dataDir, volumeOf(log), store, gopt)
+	if errors.Is(err, graft.ErrForeignRemote) {
+		vol, err = a.setLocalAside(ctx, dataDir, store, gopt, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	a.vol = vol
 	return a, nil
+}
+
+// setLocalAside handles a local volume that disagrees with the remote
+// (foreign: graft.ErrForeignRemote). When Redis records this stream's
+// archive and the remote, opened cold, is proven against that record, the
+// remote is the archive and the local copy is what is wrong: a commit a
+// refused run adopted and was killed before it forgot, or a copy from
+// elsewhere. The local volume directory is then moved aside (renamed,
+// kept), with a warning, and the volume opened anew from the remote.
+// Otherwise the refusal stands.
+func (a *Archive) setLocalAside(ctx context.Context, dataDir string, store fence.Store, gopt graft.Options, foreign error) (*graft.Volume, error) {
+	if _, recorded, err := a.log.ArchiveRecord(ctx); err != nil || !recorded {
+		return nil, foreign
+	}
+	tmp, err := os.MkdirTemp("", "silt-proof-")
+	if err != nil {
+		return nil, foreign
+	}
+	defer os.RemoveAll(tmp)
+	cold, err := graft.OpenWith(ctx, tmp, volumeOf(a.log), store, gopt)
+	if err != nil {
+		return nil, foreign
+	}
+	a.vol = cold
+	wait := a.ConsistencyWait
+	a.ConsistencyWait = 0 // the refusal stands unless the remote is proven now
+	err = a.CheckRemote(ctx)
+	a.ConsistencyWait, a.vol, a.identity = wait, nil, ""
+	if err != nil {
+		return nil, foreign
+	}
+	local := filepath.Join(dataDir, volumeOf(a.log))
+	aside := fmt.Sprintf("%s.disagreed-%d", local, time.Now().UnixNano())
+	if err := os.Rename(local, aside); err != nil {
+		return nil, errors.Join(foreign, err)
+	}
+	if a.warn != nil {
+		a.warn(fmt.Sprintf("the local volume disagreed with the remote, which Redis's record of the archive proves: the local copy was moved aside to %s and the volume opened from the remote (%v)", aside, foreign))
+	}
+	return graft.OpenWith(ctx, dataDir, volumeOf(a.log), store, gopt)
 }
 
 // Volume returns the archive's graft volume.
