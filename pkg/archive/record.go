@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/silt-dev/silt/pkg/brand"
 )
@@ -35,42 +36,71 @@ var ErrBadRecord = errors.New("bad archive record")
 // encodeRecord lays a record out as: version, flags, ms, seq, field count,
 // then length-prefixed names and values (uvarints), names in sorted order.
 func encodeRecord(r Record) []byte {
-	b, _ := appendRecord(make([]byte, 0, maxRecordSize(r.Fields)), r, nil)
+	pairs := make([]string, 0, 2*len(r.Fields))
+	for k, v := range r.Fields {
+		pairs = append(pairs, k, v)
+	}
+	b, _ := appendRecord(make([]byte, 0, maxRecordSize(pairs)), r.StreamID, r.Malformed, pairs, nil)
 	return b
 }
 
-// maxRecordSize bounds the encoded size of a record of these fields.
-func maxRecordSize(fields map[string]string) int {
+// maxRecordSize bounds the encoded size of a record of these fields
+// (name, value pairs).
+func maxRecordSize(pairs []string) int {
 	n := 2 + 3*binary.MaxVarintLen64
-	for k, v := range fields {
-		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	for _, s := range pairs {
+		n += binary.MaxVarintLen64 + len(s)
 	}
 	return n
 }
 
-// appendRecord appends r's encoding to b. keys is scratch space for the
-// sorted names (may be nil), returned for reuse.
-func appendRecord(b []byte, r Record, keys []string) ([]byte, []string) {
+// appendRecord appends the encoding of entry sid, whose fields are pairs
+// (name, value, ...; a name given twice keeps its last value, as a map
+// would), to b. order is scratch space (may be nil), returned for reuse.
+func appendRecord(b []byte, sid brand.StreamID, malformed bool, pairs []string, order []int) ([]byte, []int) {
+	order = sortedNames(pairs, order)
 	flags := byte(0)
-	if r.Malformed {
+	if malformed {
 		flags |= flagMalformed
 	}
 	b = append(b, recordVersion, flags)
-	b = binary.AppendUvarint(b, r.StreamID.MS)
-	b = binary.AppendUvarint(b, r.StreamID.Seq)
-	b = binary.AppendUvarint(b, uint64(len(r.Fields)))
-	keys = keys[:0]
-	for k := range r.Fields {
-		keys = append(keys, k)
+	b = binary.AppendUvarint(b, sid.MS)
+	b = binary.AppendUvarint(b, sid.Seq)
+	b = binary.AppendUvarint(b, uint64(len(order)))
+	for _, i := range order {
+		b = binary.AppendUvarint(b, uint64(len(pairs[i])))
+		b = append(b, pairs[i]...)
+		b = binary.AppendUvarint(b, uint64(len(pairs[i+1])))
+		b = append(b, pairs[i+1]...)
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(r.Fields[k])))
-		b = append(b, r.Fields[k]...)
+	return b, order
+}
+
+// sortedNames returns the indexes in pairs of the names, sorted, each name
+// once: the index of its last occurrence.
+func sortedNames(pairs []string, order []int) []int {
+	order = order[:0]
+	for i := 0; i+1 < len(pairs); i += 2 {
+		order = append(order, i)
 	}
-	return b, keys
+	byName := func(i, j int) bool { return pairs[i] < pairs[j] }
+	if len(order) <= 12 { // an entry's few fields: insertion sort, stable
+		for i := 1; i < len(order); i++ {
+			for j := i; j > 0 && byName(order[j], order[j-1]); j-- {
+				order[j], order[j-1] = order[j-1], order[j]
+			}
+		}
+	} else {
+		slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(pairs[i], pairs[j]) })
+	}
+	kept := order[:0]
+	for n, i := range order {
+		if n+1 < len(order) && pairs[order[n+1]] == pairs[i] {
+			continue // a later value of the same name follows
+		}
+		kept = append(kept, i)
+	}
+	return kept
 }
 
 // decodeRecord parses a record page.

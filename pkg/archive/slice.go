@@ -209,8 +209,8 @@ func (a *Archive) Compact(ctx context.Context, opt graft.CompactOptions) (graft.
 }
 
 // readChunk is how many entries one XRANGE of a fold asks for. A slice is
-// read chunk by chunk and each chunk is encoded into record pages before the
-// next is read, so a run holds one chunk of decoded entries, not a slice.
+// read chunk by chunk, each chunk encoded into record pages while the next
+// is read, so a run holds two chunks of decoded entries, not a slice.
 const readChunk = 1000
 
 // folded is one slice, encoded: the record pages of the entries after W
@@ -223,8 +223,8 @@ type folded struct {
 	live  int64          // live entries at or below next.W when folded (-1: not counted)
 	err   error          // of a fold run ahead
 
-	arena []byte   // the block the next record pages are cut from
-	keys  []string // scratch for appendRecord
+	arena []byte // the block the next record pages are cut from
+	order []int  // scratch for appendRecord
 }
 
 // arenaBlock is the size of the blocks record pages are cut from: one
@@ -259,15 +259,15 @@ func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.Stream
 		count, f.live = min(count, n), below
 	}
 	f.pages = make([]graft.Page, 0, min(max(count, 0), 1<<14))
+	chunks, stop := a.readAhead(ctx, from, to, count)
+	defer stop()
 	var payload int64 // field bytes, against SliceBytes
-	for left := count; left > 0 && from.Compare(to) <= 0; {
-		ask := min(left, readChunk)
-		entries, err := a.log.ReadRaw(ctx, from, to, ask)
-		if err != nil {
-			return f, err
+	for c := range chunks {
+		if c.err != nil {
+			return f, c.err
 		}
-		for _, e := range entries {
-			n := int64(stream.EntryBytes(e.Fields))
+		for _, e := range c.entries {
+			n := int64(e.Bytes())
 			if payload+n > a.SliceBytes && len(f.pages) > 0 {
 				return f, nil
 			}
@@ -276,32 +276,63 @@ func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.Stream
 				return f, err
 			}
 		}
-		if int64(len(entries)) < ask {
-			break
-		}
-		left -= ask
-		if from, ok = f.next.W.Next(); !ok {
-			break
-		}
 	}
 	return f, nil
 }
 
+// chunk is one XRANGE of a fold's reader.
+type chunk struct {
+	entries []stream.FlatEntry
+	err     error
+}
+
+// readAhead reads count entries from..to chunk by chunk on a goroutine of
+// its own, one chunk ahead of the caller: the server answers the next
+// XRANGE while the caller encodes this one. stop ends the reader (a fold
+// that reached SliceBytes) and waits for it.
+func (a *Archive) readAhead(ctx context.Context, from, to brand.StreamID, count int64) (<-chan chunk, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan chunk, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for left := count; left > 0 && from.Compare(to) <= 0; {
+			ask := min(left, readChunk)
+			entries, err := a.log.ReadFlat(ctx, from, to, ask)
+			select {
+			case out <- chunk{entries, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || int64(len(entries)) < ask {
+				return
+			}
+			left -= ask
+			var ok bool
+			if from, ok = entries[len(entries)-1].StreamID.Next(); !ok {
+				return
+			}
+		}
+	}()
+	return out, func() { cancel(); <-done }
+}
+
 // add encodes one entry as the slice's next record page.
-func (f *folded) add(a *Archive, e stream.RawEntry, size int64) error {
+func (f *folded) add(a *Archive, e stream.FlatEntry, size int64) error {
 	if a.MaxEntryBytes > 0 && size > int64(a.MaxEntryBytes) {
 		return fmt.Errorf("entry %s of %s is %d bytes, over the limit of %d (raise Archive.MaxEntryBytes, or remove the entry): %w",
 			e.StreamID, a.log.Key(), size, a.MaxEntryBytes, stream.ErrOversized)
 	}
-	malformed := errors.Is(a.log.CheckRaw(e), stream.ErrMalformed)
+	malformed := errors.Is(a.log.CheckFlat(e), stream.ErrMalformed)
 	if malformed {
 		f.next.Malformed++
 	}
-	if need := maxRecordSize(e.Fields); cap(f.arena)-len(f.arena) < need {
+	if need := maxRecordSize(e.Pairs); cap(f.arena)-len(f.arena) < need {
 		f.arena = make([]byte, 0, max(arenaBlock, need))
 	}
 	start := len(f.arena)
-	f.arena, f.keys = appendRecord(f.arena, Record{StreamID: e.StreamID, Fields: e.Fields, Malformed: malformed}, f.keys)
+	f.arena, f.order = appendRecord(f.arena, e.StreamID, malformed, e.Pairs, f.order)
 	data := f.arena[start:len(f.arena):len(f.arena)]
 	if len(f.pages) == 0 {
 		f.first = e.StreamID
