@@ -196,7 +196,7 @@ func (r *run) checkGap(ctx context.Context) error {
 }
 
 // scriptMessages converts an XREADGROUP reply returned by a script.
-func scriptMessages(res any) ([]redis.XMessage, error) {
+func scriptMessages(res any) ([]message, error) {
 	streams, _ := res.([]any)
 	if len(streams) == 0 {
 		return nil, nil
@@ -205,28 +205,7 @@ func scriptMessages(res any) ([]redis.XMessage, error) {
 	if !ok || len(s) != 2 {
 		return nil, errors.New("unexpected XREADGROUP reply from script")
 	}
-	return scriptEntries(s[1])
-}
-
-// scriptEntries converts a list of [id, [field, value, ...]] returned by a script.
-func scriptEntries(reply any) ([]redis.XMessage, error) {
-	entries, _ := reply.([]any)
-	out := make([]redis.XMessage, 0, len(entries))
-	for _, e := range entries {
-		pair, ok := e.([]any)
-		if !ok || len(pair) != 2 {
-			return nil, errors.New("unexpected entry in XREADGROUP reply")
-		}
-		id, _ := pair[0].(string)
-		kv, _ := pair[1].([]any)
-		vals := make(map[string]any, len(kv)/2)
-		for i := 0; i+1 < len(kv); i += 2 {
-			k, _ := kv[i].(string)
-			vals[k] = kv[i+1]
-		}
-		out = append(out, redis.XMessage{ID: id, Values: vals})
-	}
-	return out, nil
+	return entryMessages(s[1])
 }
 
 // catchUp hands the entries of recorded gaps, read from the archive, to the

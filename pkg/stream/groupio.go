@@ -29,15 +29,15 @@ type groupIO interface {
 type groupReader interface {
 	// readPending re-reads up to count of this consumer's pending entries
 	// after the stream id after ("0": from the start).
-	readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error)
+	readPending(ctx context.Context, after string, count int64) ([]message, error)
 	// readNew reads up to count never-delivered entries, blocking up to
 	// block (negative: not at all), with acks sent first in the same round
 	// trip; ackErr is theirs.
-	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error)
+	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error)
 	// readNewRecordingGaps is readNew without blocking, after recording a
 	// catch-up gap when entries above the group's last-delivered id were
 	// trimmed unread (gapLua).
-	readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error)
+	readNewRecordingGaps(ctx context.Context, count int64) ([]message, error)
 	// autoclaim moves entries idle longer than minIdle to this consumer
 	// (XAUTOCLAIM from cursor). With recordGaps the entries the server
 	// reports deleted are recorded as catch-up gaps in the same step
@@ -127,7 +127,7 @@ func (a *ackSet) reset() { a.ids, a.records, a.gone = a.ids[:0], a.records[:0], 
 
 // claimed is one XAUTOCLAIM step.
 type claimed struct {
-	msgs     []redis.XMessage
+	msgs     []message
 	next     string   // the cursor of the next step ("0-0": the sweep is done)
 	deleted  []string // ids the server reported deleted (without recordGaps)
 	recorded int      // deleted ids recorded as gaps (with recordGaps)
@@ -142,54 +142,90 @@ type redisGroup struct {
 	attempts, windows string
 	gaps, leaseKey    string
 	dead              *Log
+	readTimeout       time.Duration // the client's, as go-redis applies it (0: unknown)
 }
 
 var _ groupIO = (*redisGroup)(nil)
 
 func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 	return &redisGroup{rdb: l.rdb, ks: l.ks, stream: l.name, key: l.key, group: group, consumer: consumer,
-		attempts: l.ks.Attempts(l.name, group), windows: l.ks.StartWindows(l.name, group), gaps: l.ks.CatchUp(l.name, group), leaseKey: l.ks.Lease(l.name, group), dead: dead}
+		attempts: l.ks.Attempts(l.name, group), windows: l.ks.StartWindows(l.name, group), gaps: l.ks.CatchUp(l.name, group), leaseKey: l.ks.Lease(l.name, group), dead: dead,
+		readTimeout: readTimeoutOf(l.rdb)}
 }
 
-func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]redis.XMessage, error) {
-	res, err := g.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: g.group, Consumer: g.consumer, Streams: []string{g.key, after}, Count: count, Block: -1,
-	}).Result()
-	if err != nil && !isNil(err) {
+// readTimeoutOf is how long the client waits for a reply: its ReadTimeout
+// as go-redis normalized it, or, when that sets none, go-redis's default of
+// 5 s (a cluster's node clients take that default then); 0 when the client
+// does not say.
+func readTimeoutOf(c Client) time.Duration {
+	var d time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		d = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		d = c.Options().ReadTimeout
+	default:
+		return 0
+	}
+	if d <= 0 {
+		return 5 * time.Second
+	}
+	return d
+}
+
+func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
+	msgs, err := readReply(g.rdb.Do(ctx, xreadgroup(g.group, g.consumer, g.key, after, count, -1)...))
+	if err != nil {
 		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
 	}
-	if len(res) == 0 {
-		return nil, nil
-	}
-	return res[0].Messages, nil
+	return msgs, nil
 }
 
-func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []redis.XMessage, ackErr, err error) {
-	args := &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block}
-	var read *redis.XStreamSliceCmd
+// readNew reads through Do, the reply decoded once into messages (no
+// go-redis map per entry), unless the read blocks for longer than the
+// client's read timeout leaves room for: go-redis's own XREADGROUP gives a
+// blocking read the time it waits.
+func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
+	var read func() ([]message, error)
+	queue := func(c interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+		XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
+	}) {
+		if block < 0 || block+time.Second <= g.readTimeout {
+			cmd := c.Do(ctx, xreadgroup(g.group, g.consumer, g.key, ">", count, block)...)
+			read = func() ([]message, error) { return readReply(cmd) }
+			return
+		}
+		cmd := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block})
+		read = func() ([]message, error) {
+			res, err := cmd.Result()
+			if err != nil || len(res) == 0 {
+				return nil, err
+			}
+			return fromXMessages(res[0].Messages), nil
+		}
+	}
 	if len(acks.ids) > 0 {
 		var ack *redis.IntCmd
 		g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			ack, read = g.queueAcks(ctx, p, acks), p.XReadGroup(ctx, args)
+			ack = g.queueAcks(ctx, p, acks)
+			queue(p)
 			return nil
 		})
 		if ackErr = ack.Err(); ackErr != nil {
 			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), nil
 		}
 	} else {
-		read = g.rdb.XReadGroup(ctx, args)
+		queue(g.rdb)
 	}
-	res, err := read.Result()
+	msgs, err = read()
 	if err != nil && !isNil(err) {
 		return nil, nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
 	}
-	if len(res) == 0 {
-		return nil, nil, nil
-	}
-	return res[0].Messages, nil, nil
+	return msgs, nil, nil
 }
 
-func (g *redisGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
+func (g *redisGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]message, error) {
 	res, err := gapReadScript.Run(ctx, g.rdb, []string{g.key, g.gaps}, g.group, g.consumer, count).Result()
 	if err != nil && !isNil(err) {
 		return nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
@@ -203,9 +239,11 @@ func (g *redisGroup) autoclaim(ctx context.Context, minIdle time.Duration, curso
 	if recordGaps {
 		c, err = g.claimRecorded(ctx, minIdle, cursor, count)
 	} else {
-		c.msgs, c.next, c.deleted, err = g.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+		var msgs []redis.XMessage
+		msgs, c.next, c.deleted, err = g.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 			Stream: g.key, Group: g.group, Consumer: g.consumer, MinIdle: minIdle, Start: cursor, Count: count,
 		}).Result()
+		c.msgs = fromXMessages(msgs)
 	}
 	if err != nil {
 		return c, fmt.Errorf("xautoclaim %s %s: %w", g.key, g.group, err)
@@ -224,7 +262,7 @@ func (g *redisGroup) claimRecorded(ctx context.Context, minIdle time.Duration, c
 		return c, errors.New("unexpected XAUTOCLAIM reply from script")
 	}
 	c.next, _ = res[0].(string)
-	if c.msgs, err = scriptEntries(res[1]); err != nil {
+	if c.msgs, err = entryMessages(res[1]); err != nil {
 		return c, err
 	}
 	if len(res) > 2 {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/pkg/brand"
 )
@@ -20,7 +19,7 @@ import (
 // without Redis (what Redis itself does is tested against redis-server).
 type fakeGroup struct {
 	mu         sync.Mutex
-	entries    []redis.XMessage
+	entries    []message
 	delivered  int              // entries[:delivered] were read by the group
 	pel        map[string]int64 // pending id -> deliveries
 	starts     map[string]int64
@@ -40,7 +39,7 @@ func newFakeGroup(t *testing.T, n int) (*fakeGroup, *Consumer) {
 	m, _ := brand.NewMinter(brand.EVT)
 	for i := range n {
 		id := m.Mint()
-		g.entries = append(g.entries, redis.XMessage{ID: id.StreamID.String(), Values: map[string]any{IDField: id.String(), "n": fmt.Sprint(i)}})
+		g.entries = append(g.entries, message{ID: id.StreamID.String(), Fields: Fields{IDField: id.String(), "n": fmt.Sprint(i)}})
 	}
 	ks, _ := NewKeyspace("", "cm")
 	l, err := NewLog(nil, ks, "events", brand.EVT)
@@ -52,26 +51,30 @@ func newFakeGroup(t *testing.T, n int) (*fakeGroup, *Consumer) {
 	return g, c
 }
 
-func (g *fakeGroup) deliver(msgs []redis.XMessage) {
-	for _, m := range msgs {
+// deliver counts a delivery of msgs and returns them as a read does: each
+// with a map of its own (the run takes "id" out of it).
+func (g *fakeGroup) deliver(msgs []message) []message {
+	out := make([]message, len(msgs))
+	for i, m := range msgs {
 		g.pel[m.ID]++
+		out[i] = message{ID: m.ID, Fields: maps.Clone(m.Fields)}
 	}
+	return out
 }
 
-func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([]redis.XMessage, error) {
+func (g *fakeGroup) readPending(_ context.Context, after string, count int64) ([]message, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var out []redis.XMessage
+	var out []message
 	for _, m := range g.entries[:g.delivered] {
 		if _, ok := g.pel[m.ID]; ok && (after == "0" || lessID(after, m.ID)) && int64(len(out)) < count {
 			out = append(out, m)
 		}
 	}
-	g.deliver(out)
-	return out, nil
+	return g.deliver(out), nil
 }
 
-func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet) ([]redis.XMessage, error, error) {
+func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, acks ackSet) ([]message, error, error) {
 	if len(acks.ids) > 0 {
 		if err := g.ack(ctx, acks); err != nil {
 			return nil, err, nil
@@ -80,13 +83,12 @@ func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, a
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	end := min(g.delivered+int(count), len(g.entries))
-	out := slices.Clone(g.entries[g.delivered:end])
+	out := g.deliver(g.entries[g.delivered:end])
 	g.delivered = end
-	g.deliver(out)
 	return out, nil, nil
 }
 
-func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]redis.XMessage, error) {
+func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]message, error) {
 	msgs, _, err := g.readNew(ctx, -1, count, ackSet{})
 	return msgs, err
 }

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/failpoint"
 )
@@ -48,7 +46,7 @@ type job struct {
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
 // readAt is when the batch was read (its entries' idle time starts there).
-func (r *run) handle(ctx context.Context, msgs []redis.XMessage, deleted []string, src source, readAt time.Time) error {
+func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src source, readAt time.Time) error {
 	start := time.Now()
 	wctx, cancel := r.writeCtx(ctx)
 	jobs, err := r.jobs(wctx, msgs, deleted, src)
@@ -114,7 +112,7 @@ func (r *run) before(ctx context.Context, jobs []*job) error {
 // jobs builds the batch's deliveries with their server-side delivery counts
 // and the handler starts recorded for them. Entries no longer pending for us
 // (a peer reclaimed or acked them since) are dropped.
-func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string, src source) ([]*job, error) {
+func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src source) ([]*job, error) {
 	var deliveries, starts map[string]int64
 	if src != fromNew {
 		ids := make([]string, len(msgs))
@@ -147,10 +145,10 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 		j.d = Delivery{StreamID: sid, Deliveries: n, Group: r.c.group, Consumer: r.c.name}
 		j.inPEL = i < len(msgs)
 		j.prior = starts[m.ID]
-		if m.Values == nil {
+		if m.Fields == nil {
 			j.fate = fatePending // marked for recovery in prepare
 		} else {
-			j.d.ID, j.d.Fields, j.rawID, j.err = r.decode(m)
+			j.d.ID, j.d.Fields, j.rawID, j.err = r.decode(sid, m.Fields)
 		}
 		jobs = append(jobs, j)
 	}
@@ -170,8 +168,10 @@ func (r *run) jobs(ctx context.Context, msgs []redis.XMessage, deleted []string,
 	return jobs, nil
 }
 
-func (r *run) decode(m redis.XMessage) (brand.ID, Fields, string, error) {
-	e, err := r.c.log.decode(m)
+// decode checks an entry's fields, decoded once from the reply; its "id"
+// field is taken out of them in place.
+func (r *run) decode(sid brand.StreamID, f Fields) (brand.ID, Fields, string, error) {
+	e, err := r.c.log.decodeFields(sid, f)
 	var me *MalformedError
 	if errors.As(err, &me) {
 		return e.ID, e.Fields, me.RawID, err

@@ -71,7 +71,7 @@ type firstStarts struct {
 
 // recordFirst records the first step of a batch of new entries: as many
 // as the run's window. A malformed id is left for jobs to report.
-func (r *run) recordFirst(ctx context.Context, msgs []redis.XMessage) *firstStarts {
+func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 	n := min(len(msgs), r.window)
 	if r.c.MaxAttempts <= 1 {
 		n = 1 // see adapt

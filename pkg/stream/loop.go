@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/internal/ctxtime"
 	"github.com/silt-dev/silt/pkg/brand"
 )
@@ -298,7 +296,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 // comes back empty, a beat is due or the run stops. Entries read ahead but
 // not handled (the run stopped, or failed) stay pending for this consumer,
 // counted as abandoned; its next run drains them first.
-func (r *run) handleNew(ctx context.Context, msgs []redis.XMessage, readAt time.Time) (int, error) {
+func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time) (int, error) {
 	// A history's reads go through a script, and dedupe markers are written
 	// before the ack: neither carries acks with the next read.
 	r.ack.carrying = r.c.DedupeTTL == 0 && r.history == nil
@@ -352,7 +350,7 @@ const redisTick = 100 * time.Millisecond
 // readGroup reads new entries. With a History configured, a non-blocking
 // read goes through the script that records gaps first; a blocking read
 // only returns entries appended while it waits, after which no gap can hide.
-func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
+func (r *run) readGroup(ctx context.Context, block time.Duration) ([]message, error) {
 	if r.history != nil {
 		msgs, err := r.c.io.readNewRecordingGaps(ctx, r.count())
 		if err != nil || len(msgs) > 0 || block < 0 {
@@ -369,7 +367,7 @@ func (r *run) readGroup(ctx context.Context, block time.Duration) ([]redis.XMess
 
 // prefetched is the outcome of a read issued while a batch was handled.
 type prefetched struct {
-	msgs []redis.XMessage
+	msgs []message
 	at   time.Time // when the read was issued
 	err  error
 }
@@ -405,10 +403,10 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 }
 
 // deletedMessages turns ids the server reported deleted into payload-less messages.
-func deletedMessages(ids []string) []redis.XMessage {
-	out := make([]redis.XMessage, len(ids))
+func deletedMessages(ids []string) []message {
+	out := make([]message, len(ids))
 	for i, id := range ids {
-		out[i] = redis.XMessage{ID: id}
+		out[i] = message{ID: id}
 	}
 	return out
 }

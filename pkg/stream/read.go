@@ -144,27 +144,26 @@ func (l *Log) CheckRaw(raw RawEntry) error {
 // decode turns a raw message into an Entry, checking its "id" field against
 // the stream id and the log's kind.
 func (l *Log) decode(msg redis.XMessage) (Entry, error) {
-	var e Entry
 	sid, err := brand.ParseStreamID(msg.ID)
 	if err != nil {
-		return e, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
+		return Entry{}, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
 	}
-	e.StreamID = sid
-	e.Fields = make(Fields, len(msg.Values))
-	raw, hasID := "", false
+	f := make(Fields, len(msg.Values))
 	for k, v := range msg.Values {
-		s, ok := v.(string)
-		if !ok {
-			s = fmt.Sprint(v)
-		}
-		if k == IDField {
-			raw, hasID = s, true
-			continue
-		}
-		e.Fields[k] = s
+		f[k] = str(v)
 	}
-	e.ID, err = l.checkID(sid, raw, hasID)
-	return e, err
+	return l.decodeFields(sid, f)
+}
+
+// decodeFields is decode of an entry already decoded into f, "id"
+// included: the "id" field is taken out of f, which becomes the Entry's.
+func (l *Log) decodeFields(sid brand.StreamID, f Fields) (Entry, error) {
+	raw, hasID := f[IDField]
+	if hasID {
+		delete(f, IDField)
+	}
+	id, err := l.checkID(sid, raw, hasID)
+	return Entry{ID: id, StreamID: sid, Fields: f}, err
 }
 
 // checkID parses an entry's "id" field and checks it against the entry's

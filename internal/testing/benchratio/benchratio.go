@@ -106,3 +106,46 @@ func median(xs []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// Longest runs parts one after another and counts only the longest of them
+// in the round's time: a floor that is the slower of two steps a pipeline
+// overlaps (a scan and the uploads of what it read). It returns each
+// part's duration.
+func Longest(parts ...func()) []time.Duration {
+	took := make([]time.Duration, len(parts))
+	for i, p := range parts {
+		start := time.Now()
+		p()
+		took[i] = time.Since(start)
+	}
+	untimed += sum(took) - slices.Max(took)
+	return took
+}
+
+func sum(ds []time.Duration) (t time.Duration) {
+	for _, d := range ds {
+		t += d
+	}
+	return t
+}
+
+// ReportMS reports the median of ds in milliseconds as "<name>-ms".
+func ReportMS(b *testing.B, name string, ds []time.Duration) {
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d.Microseconds()) / 1000
+	}
+	b.ReportMetric(median(ms), name+"-ms")
+}
+
+// ReportTimeRatio reports, as "<name>", the median over rounds of raw[i] ÷
+// silt[i], the durations of round i's two sides: a throughput ratio, like
+// Compare's, against another raw side timed in the same rounds.
+func ReportTimeRatio(b *testing.B, name string, silt, raw []time.Duration) {
+	n := min(len(silt), len(raw))
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = raw[i].Seconds() / silt[i].Seconds()
+	}
+	b.ReportMetric(median(ratios), name)
+}
