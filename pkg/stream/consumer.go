@@ -129,6 +129,7 @@ func (c *Consumer) defaults() {
 func (c *Consumer) Run(ctx context.Context, h Handler) (Summary, error) {
 	c.defaults()
 	r := newRun(c, h)
+	defer c.io.release()
 	err := r.loop(ctx)
 	if ferr := r.ack.flush(ctx); err == nil {
 		err = ferr

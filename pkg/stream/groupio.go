@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,14 @@ type groupWriter interface {
 	// recordWindow records that every entry from stream id lo to hi that is
 	// still pending had its first start (one field per consumer, O(1)).
 	recordWindow(ctx context.Context, lo, hi string) error
+	// sendWindow is recordWindow without waiting for the reply: sent is
+	// closed once the record is written to the connection (Redis gets it
+	// even if the process dies next), reply then carries the outcome; ctx
+	// is cancelled once it is in. ok is false when the client cannot say
+	// when a record is written (use recordWindow).
+	sendWindow(ctx context.Context, cancel func(), lo, hi string) (sent <-chan struct{}, reply <-chan error, ok bool)
+	// release frees what sendWindow holds, at the end of a run.
+	release()
 	// dropWindow removes this consumer's window.
 	dropWindow(ctx context.Context) error
 	// setStarts sets the start records of ids (0: removed).
@@ -143,6 +152,10 @@ type redisGroup struct {
 	gaps, leaseKey    string
 	dead              *Log
 	readTimeout       time.Duration // the client's, as go-redis applies it (0: unknown)
+
+	senderMu sync.Mutex
+	sender   *startSender // made by the first sendWindow of a run, closed by release
+	noSender bool         // the client cannot make one
 }
 
 var _ groupIO = (*redisGroup)(nil)
@@ -370,6 +383,32 @@ func (g *redisGroup) recordWindow(ctx context.Context, lo, hi string) error {
 		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	}
 	return nil
+}
+
+func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
+	g.senderMu.Lock()
+	if g.sender == nil && !g.noSender {
+		g.sender = newStartSender(g.rdb)
+		g.noSender = g.sender == nil
+	}
+	s := g.sender
+	g.senderMu.Unlock()
+	if s == nil {
+		return nil, nil, false
+	}
+	sent, reply := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
+		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
+	})
+	return sent, reply, true
+}
+
+func (g *redisGroup) release() {
+	g.senderMu.Lock()
+	defer g.senderMu.Unlock()
+	if g.sender != nil {
+		g.sender.close()
+		g.sender = nil
+	}
 }
 
 func (g *redisGroup) dropWindow(ctx context.Context) error {

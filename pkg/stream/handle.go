@@ -333,7 +333,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	case <-allDone:
 	case <-time.After(handlerReap):
 	}
-	return st.err
+	return st.finish()
 }
 
 // handlerReap is how long a run waits, after Grace, for cancelled handlers

@@ -47,12 +47,13 @@ type starts struct {
 	jobs  []*job       // runnable, in the order they start
 	first *firstStarts // the batch's first step, recorded before its read ahead
 
-	mu     sync.Mutex
-	next   int       // jobs[:next] are recorded
-	lo     string    // the first windowed job's stream id, once there is one
-	lastAt time.Time // when the last step was recorded
-	lastN  int       // and how many it held
-	err    error     // a failed record: no further handler starts
+	mu      sync.Mutex
+	pending <-chan error // the first step's reply, when it was not in at takeFirst
+	next    int          // jobs[:next] are recorded
+	lo      string       // the first windowed job's stream id, once there is one
+	lastAt  time.Time    // when the last step was recorded
+	lastN   int          // and how many it held
+	err     error        // a failed record: no further handler starts
 }
 
 func (r *run) newStarts(jobs []*job, first *firstStarts) *starts {
@@ -64,13 +65,18 @@ func (r *run) newStarts(jobs []*job, first *firstStarts) *starts {
 // (run.recordFirst): beside it, the record would wait in Redis behind the
 // read of up to a full batch.
 type firstStarts struct {
-	lo  string
-	hi  brand.StreamID
-	err error // the record's outcome
+	lo    string
+	hi    brand.StreamID
+	err   error        // the record's outcome, when its reply was waited for
+	reply <-chan error // else its outcome to come: the record is written, its reply not read
 }
 
 // recordFirst records the first step of a batch of new entries: as many
-// as the run's window. A malformed id is left for jobs to report.
+// as the run's window. A malformed id is left for jobs to report. Once a
+// record of the run was answered (the client may write them), the step is
+// sent without waiting for its reply: the handlers start as soon as it is
+// written (startSender), and the reply is read before the next record or
+// at the batch's end.
 func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 	n := min(len(msgs), r.window)
 	if r.c.MaxAttempts <= 1 {
@@ -80,18 +86,37 @@ func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 	if err != nil {
 		return nil
 	}
-	wctx, cancel := r.writeCtx(ctx)
-	defer cancel()
 	r.windowed = true // dropped at the end of the run, used or not
-	return &firstStarts{lo: msgs[0].ID, hi: hi, err: r.c.io.recordWindow(wctx, msgs[0].ID, msgs[n-1].ID)}
+	f := &firstStarts{lo: msgs[0].ID, hi: hi}
+	wctx, cancel := r.writeCtx(ctx)
+	if r.answered.Load() {
+		if sent, reply, ok := r.c.io.sendWindow(wctx, cancel, f.lo, msgs[n-1].ID); ok {
+			<-sent
+			f.reply = reply
+			return f
+		}
+	}
+	defer cancel()
+	if f.err = r.c.io.recordWindow(wctx, f.lo, msgs[n-1].ID); f.err == nil {
+		r.answered.Store(true)
+	}
+	return f
 }
 
 // takeFirst marks the jobs the batch's first step covers as started once
 // (or counts them in memory when Redis was full). Called with s.mu held,
-// before the first record.
+// before the first record. A step whose reply is not in yet counts as
+// recorded: it was written; its reply is read before the next record.
 func (s *starts) takeFirst() error {
 	f := s.first
 	s.first = nil
+	if f.reply != nil {
+		select {
+		case f.err = <-f.reply:
+		default:
+			s.pending = f.reply
+		}
+	}
 	full := isOOM(f.err)
 	switch {
 	case full:
@@ -114,6 +139,33 @@ func (s *starts) takeFirst() error {
 	return nil
 }
 
+// settlePending reads the reply of a first step sent without waiting for
+// it. A refused record stops further starts, as it would have before the
+// first one; a full Redis is said once, the starts counted in memory.
+// Called with s.mu held.
+func (s *starts) settlePending() {
+	if s.pending == nil {
+		return
+	}
+	err := <-s.pending
+	s.pending = nil
+	switch {
+	case isOOM(err):
+		s.r.warnOOM(err)
+	case err != nil && s.err == nil:
+		s.err = err
+	}
+}
+
+// finish reads a reply still due at the batch's end and returns the
+// error that stopped its starts, if one did.
+func (s *starts) finish() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settlePending()
+	return s.err
+}
+
 // record makes sure jobs[i]'s start is recorded before its handler runs,
 // and sets its Attempts. An error means the handler must not run.
 func (s *starts) record(ctx context.Context, i int) error {
@@ -123,6 +175,11 @@ func (s *starts) record(ctx context.Context, i int) error {
 		s.err = s.takeFirst()
 	}
 	if s.err != nil || i < s.next {
+		return s.err
+	}
+	// The step written without its reply is answered before the next: the
+	// window's later extent must not land before its earlier one.
+	if s.settlePending(); s.err != nil {
 		return s.err
 	}
 	s.adapt()
@@ -199,6 +256,7 @@ func (s *starts) write(ctx context.Context, w []*job) error {
 	if err := s.r.c.io.recordWindow(ctx, lo, w[len(w)-1].sid); err != nil {
 		return err
 	}
+	s.r.answered.Store(true)
 	s.lo, s.r.windowed = lo, true
 	for _, j := range w {
 		j.d.Attempts, j.recorded, j.windowed = 1, true, true

@@ -49,6 +49,7 @@ type run struct {
 	window    int
 	windowed  bool         // a window of first starts was recorded (dropped at the end)
 	first     *firstStarts // the first step of the batch in hand, recorded before its read ahead
+	answered  atomic.Bool  // a start record of the run was answered: later first steps need not wait for theirs
 	oomWarned atomic.Bool
 	// readAt is when the batch in hand was read; renewLost is set when a
 	// renewal of its entries failed. Either past --min-idle or set, the

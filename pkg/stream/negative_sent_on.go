@@ -1,0 +1,7 @@
+//go:build silt_negative_sent
+
+package stream
+
+// sentEarly: this build says a start record is written before it is, and
+// writes it late (negative control); never ship it.
+const sentEarly = true

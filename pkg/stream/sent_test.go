@@ -1,0 +1,105 @@
+package stream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/silt-dev/silt/internal/testing/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/stream"
+)
+
+// TestConsumer_StartCountedWhenKilledAsTheHandlerStarts: once a start
+// record of the run was answered, a batch's first starts are recorded
+// without waiting for the reply, and the handler starts as soon as the
+// record is written. A worker process SIGKILLed by its handler the instant
+// it starts (the reply not read) has its start counted all the same: the
+// next run hands the entry over with Attempts 2.
+func TestConsumer_StartCountedWhenKilledAsTheHandlerStarts(t *testing.T) {
+	if addr := os.Getenv("SILT_KILLED_WORKER_REDIS"); addr != "" {
+		killedWorker(t, addr)
+		return
+	}
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	l := killLog(t, rdb)
+	if err := rdb.XGroupCreateMkStream(ctx, l.Key(), "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := l.Append(ctx, stream.Fields{"kill": "no"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := exec.Command(os.Args[0], "-test.run", "^TestConsumer_StartCountedWhenKilledAsTheHandlerStarts$", "-test.count", "1")
+	worker.Env = append(os.Environ(), "SILT_KILLED_WORKER_REDIS="+srv.Addr)
+	var out bytes.Buffer
+	worker.Stdout, worker.Stderr = &out, &out
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first entry is handled and acked (its start record answered),
+	// then the second goes out in a batch of its own.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g, err := rdb.XInfoGroups(ctx, l.Key()).Result()
+		if err == nil && len(g) == 1 && g[0].LastDeliveredID == first.StreamID.String() && g[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			worker.Process.Kill()
+			t.Fatalf("the worker did not ack the first entry: %v %v", g, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	second, err := l.Append(ctx, stream.Fields{"kill": "yes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exit *exec.ExitError
+	if err := worker.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the worker was not killed by its handler: %v\n%s", err, out.String())
+	}
+	c, _ := stream.NewConsumer(l, "g", "w1")
+	c.Block, c.MaxEntries = time.Millisecond, 1
+	var got stream.Delivery
+	if _, err := c.Run(ctx, func(_ context.Context, d stream.Delivery) error { got = d; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != second || got.Attempts != 2 {
+		t.Fatalf("start not counted: the entry killed at its handler's start comes back as %s with Attempts %d, want %s with 2", got.ID, got.Attempts, second)
+	}
+}
+
+func killLog(tb testing.TB, rdb *redis.Client) *stream.Log {
+	ks, _ := stream.NewKeyspace("", "kill")
+	l, err := stream.NewLog(rdb, ks, "events", brand.EVT)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// killedWorker is the worker process: it handles entries until one says
+// kill, whose handler SIGKILLs the process as its first act.
+func killedWorker(t *testing.T, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	c, _ := stream.NewConsumer(killLog(t, rdb), "g", "w1")
+	c.Block = time.Minute
+	_, err := c.Run(context.Background(), func(_ context.Context, d stream.Delivery) error {
+		if d.Fields["kill"] == "yes" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return nil
+	})
+	t.Fatalf("the worker was not killed: %v", err)
+}
