@@ -20,8 +20,9 @@ export SILT_SERVERS_DIR
 out=$(mktemp)
 trap 'scripts/servers.sh stop; rm -f "$out"' EXIT
 eval "$(scripts/servers.sh start minio)"
+eval "$(scripts/clients.sh --bench)" # BullMQ, the peer of P13
 
-go test -run '^$' -bench 'Ratio$' -benchtime "${rounds}x" -timeout 60m ./pkg/... ./cmd/... | tee "$out" >&2
+go test -run '^$' -bench 'Ratio$|Archive_Steps' -benchtime "${rounds}x" -timeout 60m ./pkg/... ./cmd/... | tee "$out" >&2
 (cd bench && go test -run '^$' -bench 'Ratio$' -benchtime "$(((rounds + 1) / 2))x" -timeout 60m ./peers) | tee -a "$out" >&2
 go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
 rss=""
@@ -52,28 +53,35 @@ BEGIN {
 	id["Export_Ratio"] = "X1";              goal["X1"] = ">= 0.5";  cmd["X1"] = "-bench Export_Ratio ./pkg/export"
 	id["Compaction_Ratio"] = "D5";          goal["D5"] = ">= 0.7";  cmd["D5"] = "-bench Compaction_Ratio ./pkg/graft (MinIO)"
 	id["SegmentWrite_Ratio"] = "seg";       goal["seg"] = "none";   cmd["seg"] = "-bench SegmentWrite_Ratio ./pkg/graft"
+	id["Archive_Ratio both"] = "P3 against both at once"; goal["P3 against both at once"] = "none"; cmd["P3 against both at once"] = "the same as P3 (the raw scan and PUTs run together)"
+	id["Archive_Ratio floor"] = "P3 reachable (both at once ÷ slower alone)"; goal["P3 reachable (both at once ÷ slower alone)"] = "none"; cmd["P3 reachable (both at once ÷ slower alone)"] = "the same"
+	id["Archive_Steps fold"] = "P3 fold (÷ raw XRANGE, a slice)"; goal["P3 fold (÷ raw XRANGE, a slice)"] = "<= 1.25"; cmd["P3 fold (÷ raw XRANGE, a slice)"] = "-bench Archive_Steps ./pkg/archive (MinIO)"
+	id["Archive_Steps commit"] = "P3 commit (÷ raw create)"; goal["P3 commit (÷ raw create)"] = "<= 1.2"; cmd["P3 commit (÷ raw create)"] = "the same"
+	id["BullMQ_Ratio/go-noop-c1"] = "P13 go c1";  goal["P13 go c1"] = ">= 10";  cmd["P13 go c1"] = "-bench BullMQ_Ratio ./peers (in bench/; Go worker ÷ BullMQ 6.7, no-op, concurrency 1)"
+	id["BullMQ_Ratio/go-noop-c8"] = "P13 go c8";  goal["P13 go c8"] = ">= 10";  cmd["P13 go c8"] = "the same, concurrency 8"
+	id["BullMQ_Ratio/pipe-noop-c1"] = "P13 pipe c1";  goal["P13 pipe c1"] = ">= 2.5";  cmd["P13 pipe c1"] = "the same, worker run --pipe (Node) ÷ BullMQ, concurrency 1"
+	id["BullMQ_Ratio/pipe-noop-c8"] = "P13 pipe c8";  goal["P13 pipe c8"] = ">= 2.5";  cmd["P13 pipe c8"] = "the same, concurrency 8"
+	id["BullMQ_Ratio/pipe-10ms-c8"] = "P13 10 ms c8";  goal["P13 10 ms c8"] = ">= 1";  cmd["P13 10 ms c8"] = "the same, a 10 ms Node handler on both sides, concurrency 8"
 	print "| id | median | min | max | goal | met | rounds | command (`go test -run ^$ -benchtime Nx ...`) |"
 	print "|---|---|---|---|---|---|---|---|"
 }
-/^Benchmark.*Ratio/ {
+/^Benchmark.*(Ratio|Archive_Steps)/ {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
-	cr = ""
-	for (i = 1; i <= NF; i++) {
-		if ($(i+1) == "ratio") r = $i
-		if ($(i+1) == "ratio-min") lo = $i
-		if ($(i+1) == "ratio-max") hi = $i
-		if ($(i+1) == "cpu-ratio") cr = $i
-		if ($(i+1) == "cpu-ratio-min") clo = $i
-		if ($(i+1) == "cpu-ratio-max") chi = $i
-	}
-	row(id[name], r, lo, hi, $2)
-	if (cr != "") row(id[name " cpu"], cr, clo, chi, $2)
+	delete m
+	for (i = 2; i < NF; i++) m[$(i+1)] = $i
+	if ("ratio" in m) row(id[name], m["ratio"], m["ratio-min"], m["ratio-max"], $2)
+	if ("cpu-ratio" in m) row(id[name " cpu"], m["cpu-ratio"], m["cpu-ratio-min"], m["cpu-ratio-max"], $2)
+	if ("ratio-both" in m) row(id[name " both"], m["ratio-both"], "", "", $2)
+	if ("both-floor" in m) row(id[name " floor"], m["both-floor"], "", "", $2)
+	if ("fold-ratio" in m) row(id[name " fold"], m["fold-ratio"], m["fold-ratio-min"], m["fold-ratio-max"], $2)
+	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 }
 function row(k, r, lo, hi, rounds,   g, gp, met) {
 	g = goal[k]; split(g, gp, " ")
 	met = (gp[1] == ">=") ? (r >= gp[2] ? "yes" : "no") : (gp[1] == "<=" ? (r <= gp[2] ? "yes" : "no") : "")
-	printf "| %s | %.3g | %.3g | %.3g | %s | %s | %s | %s |\n", k, r, lo, hi, g, met, rounds, cmd[k]
+	printf "| %s | %.3g | %s | %s | %s | %s | %s | %s |\n", k, r, num(lo), num(hi), g, met, rounds, cmd[k]
 }
+function num(x) { return x == "" ? "" : sprintf("%.3g", x) }
 /requests per commit/ {
 	sub(/.*requests per commit: /, "")
 	per = $1 + 0; lists = $0; sub(/.*lists /, "", lists); sub(/[^0-9].*/, "", lists)

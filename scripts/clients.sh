@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Redis clients no one here wrote that the end-to-end tests use
 # as witnesses (docs/producers/): Debian's python3-redis for the system
-# python3, and npm's ioredis in a cache directory. Cached: nothing is
-# fetched when they are there. Prints the variables the tests read:
+# python3, and npm's ioredis in a cache directory; with --bench also npm's
+# BullMQ, the peer bench/peers measures (P13). Cached: nothing is fetched
+# when they are there. Prints the variables the tests read:
 #   eval "$(scripts/clients.sh)"
 set -euo pipefail
 
@@ -16,11 +17,17 @@ if ! "$python" -c 'import redis' 2>/dev/null; then
 fi
 
 node_dir=${XDG_CACHE_HOME:-$HOME/.cache}/silt/node-clients
-ioredis=5.6.1
-if [ "$(cat "$node_dir/node_modules/ioredis/package.json" 2>/dev/null | sed -n 's/.*"version": *"\([^"]*\)".*/\1/p')" != "$ioredis" ]; then
-	mkdir -p "$node_dir"
-	(cd "$node_dir" && npm install --no-audit --no-fund --silent "ioredis@$ioredis" >&2)
-fi
+# version NAME: the version of npm package NAME in the cache, if any.
+version() { sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' "$node_dir/node_modules/$1/package.json" 2>/dev/null | head -1; }
+want=("ioredis@5.6.1")
+[ "${1:-}" = --bench ] && want+=("bullmq@6.7.6")
+for pkg in "${want[@]}"; do
+	if [ "$(version "${pkg%@*}")" != "${pkg#*@}" ]; then
+		mkdir -p "$node_dir"
+		(cd "$node_dir" && npm install --no-audit --no-fund --silent "${want[@]}" >&2)
+		break
+	fi
+done
 
 echo "export SILT_PYTHON=$python"
 echo "export SILT_NODE_PATH=$node_dir/node_modules"

@@ -19,7 +19,9 @@ import (
 // in chunks and encoding), the commit, the trim, and a raw create-only PUT
 // of as many bytes as the commit object. It explains P3 (a run is the
 // first fold, then per slice the longer of a fold and a commit, plus a
-// trim), it judges nothing. Needs MinIO from scripts/servers.sh.
+// trim). Per round, fold ÷ XRANGE and commit ÷ PUT are taken, and their
+// medians reported as fold-ratio and commit-ratio (goals <= 1.25 and
+// <= 1.2), with their spreads. Needs MinIO from scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
 func BenchmarkArchive_Steps(b *testing.B) {
@@ -86,6 +88,18 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		put = append(put, ms(time.Since(t4)))
 		xrange, fold, commit, trim = append(xrange, ms(t1.Sub(t0))), append(fold, ms(t2.Sub(t1))), append(commit, ms(t3.Sub(t2))), append(trim, ms(t4.Sub(t3)))
 	}
+	ratios := func(name string, num, den []float64) {
+		r := make([]float64, len(num))
+		for i := range r {
+			r[i] = num[i] / den[i]
+		}
+		slices.Sort(r)
+		b.ReportMetric(r[len(r)/2], name)
+		b.ReportMetric(r[0], name+"-min")
+		b.ReportMetric(r[len(r)-1], name+"-max")
+	}
+	ratios("fold-ratio", fold, xrange)
+	ratios("commit-ratio", commit, put)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(xrange), "xrange-ms")
 	b.ReportMetric(median(fold), "fold-ms")

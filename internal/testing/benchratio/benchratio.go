@@ -149,3 +149,8 @@ func ReportTimeRatio(b *testing.B, name string, silt, raw []time.Duration) {
 	}
 	b.ReportMetric(median(ratios), name)
 }
+
+// Exclude leaves d out of the current round's time: a part the round
+// timed itself and does not count (a child process's start and setup,
+// which it reports).
+func Exclude(d time.Duration) { untimed += d }
