@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -243,8 +242,8 @@ func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
 	sc.Buffer(make([]byte, 4096), maxResultLine)
 	for sc.Scan() {
 		cp.answered.Store(true)
-		var r pipeResult
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.ID == "" || r.OK == nil {
+		r, err := parseResult(sc.Bytes())
+		if err != nil || r.ID == "" || r.OK == nil {
 			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))
 		}
 		cp.mu.Lock()
