@@ -16,8 +16,10 @@ import (
 // BenchmarkArchive_Steps times one slice of P3's run step by step (5,000
 // entries, MinIO), each round on a fresh stream and prefix, and reports
 // the medians in ms: a raw XRANGE of the 5,000 entries, the fold (XRANGE
-// in chunks and encoding), the commit, the trim, and a raw create-only PUT
-// of as many bytes as the commit object. It explains P3 (a run is the
+// in chunks and encoding), the commit (create-ms: laid out, hashed, created
+// with If-None-Match and placed locally; read-back-ms: read back from the
+// remote; record-ms: recorded in Redis), the trim, and a raw create-only
+// PUT of as many bytes as the commit object. It explains P3 (a run is the
 // first fold, then per slice the longer of a fold and a commit, plus a
 // trim). Per round, fold ÷ XRANGE and commit ÷ PUT are taken, and their
 // medians reported as fold-ratio and commit-ratio (goals <= 1.25 and
@@ -35,6 +37,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		fields[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
 	}
 	var xrange, fold, commit, trim, put []float64
+	var create, back, rec []float64 // the commit's three steps
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ResetTimer()
 	for round := range b.N {
@@ -67,9 +70,11 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		t2 := time.Now()
 		// The commit step as a run takes it: create-only, read back, recorded in Redis.
 		c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
+		tc1 := time.Now()
 		if err == nil {
 			err = a.readBack(ctx, c)
 		}
+		tc2 := time.Now()
 		if err == nil {
 			err = a.record(ctx, c, f.next.W)
 		}
@@ -77,6 +82,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 			b.Fatal(err)
 		}
 		t3 := time.Now()
+		create, back, rec = append(create, ms(tc1.Sub(t2))), append(back, ms(tc2.Sub(tc1))), append(rec, ms(t3.Sub(tc2)))
 		if _, err := a.trim(ctx, &Result{}); err != nil {
 			b.Fatal(err)
 		}
@@ -104,6 +110,9 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	b.ReportMetric(median(xrange), "xrange-ms")
 	b.ReportMetric(median(fold), "fold-ms")
 	b.ReportMetric(median(commit), "commit-ms")
+	b.ReportMetric(median(create), "create-ms")
+	b.ReportMetric(median(back), "read-back-ms")
+	b.ReportMetric(median(rec), "record-ms")
 	b.ReportMetric(median(put), "raw-put-ms")
 	b.ReportMetric(median(trim), "trim-ms")
 }
