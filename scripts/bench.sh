@@ -5,6 +5,7 @@
 #   scripts/bench.sh [ROUNDS]            (default 9 interleaved rounds per ratio)
 #   SILT_BENCH_RSS=1 scripts/bench.sh    also P6 (peak RSS at 10M / 100k entries; minutes)
 #   scripts/bench.sh --baseline REF [ROUNDS]   each ratio beside REF's, in the same minutes
+#   scripts/bench.sh --table LOG [ROUNDS]      the table again from a run's saved stderr
 #
 # Starts its own MinIO (the benchmarks start their own redis-servers).
 set -euo pipefail
@@ -13,21 +14,27 @@ if [ "${1:-}" = --baseline ]; then # each ratio beside a baseline commit's (scri
 	shift
 	exec scripts/bench-baseline.sh "$@"
 fi
-rounds=${1:-9}
+if [ "${1:-}" = --table ]; then # the table again from a saved run's output (this script's stderr)
+	out=$2
+	rounds=${3:-9}
+	rss=$(grep -h 'P6 ratio' "$out" | tail -n 1 || true)
+else
+	rounds=${1:-9}
 
-SILT_SERVERS_DIR=$(mktemp -d)
-export SILT_SERVERS_DIR
-out=$(mktemp)
-trap 'scripts/servers.sh stop; rm -f "$out"' EXIT
-eval "$(scripts/servers.sh start minio)"
-eval "$(scripts/clients.sh --bench)" # BullMQ, the peer of P13
+	SILT_SERVERS_DIR=$(mktemp -d)
+	export SILT_SERVERS_DIR
+	out=$(mktemp)
+	trap 'scripts/servers.sh stop; rm -f "$out"' EXIT
+	eval "$(scripts/servers.sh start minio)"
+	eval "$(scripts/clients.sh --bench)" # BullMQ, the peer of P13
 
-go test -run '^$' -bench 'Ratio$|Archive_Steps' -benchtime "${rounds}x" -timeout 60m ./pkg/... ./cmd/... | tee "$out" >&2
-(cd bench && go test -run '^$' -bench 'Ratio$' -benchtime "$(((rounds + 1) / 2))x" -timeout 60m ./peers) | tee -a "$out" >&2
-go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
-rss=""
-if [ -n "${SILT_BENCH_RSS:-}" ]; then
-	rss=$(scripts/bench-rss.sh | tail -n 1)
+	go test -run '^$' -bench 'Ratio$|Archive_Steps' -benchtime "${rounds}x" -timeout 60m ./pkg/... ./cmd/... | tee "$out" >&2
+	(cd bench && go test -run '^$' -bench 'Ratio$' -benchtime "$(((rounds + 1) / 2))x" -timeout 60m ./peers) | tee -a "$out" >&2
+	go test -count=1 -run 'TestVolume_RequestsPerCommit' -v ./pkg/graft | grep 'requests per commit' | tee -a "$out" >&2
+	rss=""
+	if [ -n "${SILT_BENCH_RSS:-}" ]; then
+		rss=$(scripts/bench-rss.sh | tee /dev/stderr | tail -n 1)
+	fi
 fi
 
 machine="$(date -u +%Y-%m-%d), $(nproc) cores, $(go version | cut -d' ' -f3), redis-server $(redis-server --version | grep -oE 'v=[0-9.]+' | cut -c3-)"
@@ -53,6 +60,9 @@ BEGIN {
 	id["Export_Ratio"] = "X1";              goal["X1"] = ">= 0.5";  cmd["X1"] = "-bench Export_Ratio ./pkg/export"
 	id["Compaction_Ratio"] = "D5";          goal["D5"] = ">= 0.7";  cmd["D5"] = "-bench Compaction_Ratio ./pkg/graft (MinIO)"
 	id["SegmentWrite_Ratio"] = "seg";       goal["seg"] = "none";   cmd["seg"] = "-bench SegmentWrite_Ratio ./pkg/graft"
+	id["GC_Ratio/serial"] = "gc (÷ serial deletes)"; goal["gc (÷ serial deletes)"] = "none"; cmd["gc (÷ serial deletes)"] = "-bench GC_Ratio ./pkg/graft (MinIO)"
+	id["GC_Ratio/parallel"] = "gc (÷ 16 deletes at once)"; goal["gc (÷ 16 deletes at once)"] = "none"; cmd["gc (÷ 16 deletes at once)"] = "the same"
+	id["Walk_Ratio"] = "walk (÷ a segment at a time)"; goal["walk (÷ a segment at a time)"] = "none"; cmd["walk (÷ a segment at a time)"] = "-bench Walk_Ratio ./pkg/graft (MinIO)"
 	id["Archive_Ratio both"] = "P3 against both at once"; goal["P3 against both at once"] = "none"; cmd["P3 against both at once"] = "the same as P3 (the raw scan and PUTs run together)"
 	id["Archive_Ratio floor"] = "P3 reachable (both at once ÷ slower alone)"; goal["P3 reachable (both at once ÷ slower alone)"] = "none"; cmd["P3 reachable (both at once ÷ slower alone)"] = "the same"
 	id["Archive_Steps fold"] = "P3 fold (÷ raw XRANGE, a slice)"; goal["P3 fold (÷ raw XRANGE, a slice)"] = "<= 1.25"; cmd["P3 fold (÷ raw XRANGE, a slice)"] = "-bench Archive_Steps ./pkg/archive (MinIO)"
@@ -77,6 +87,7 @@ BEGIN {
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 }
 function row(k, r, lo, hi, rounds,   g, gp, met) {
+	if (k == "") return # a benchmark without a row here
 	g = goal[k]; split(g, gp, " ")
 	met = (gp[1] == ">=") ? (r >= gp[2] ? "yes" : "no") : (gp[1] == "<=" ? (r <= gp[2] ? "yes" : "no") : "")
 	printf "| %s | %.3g | %s | %s | %s | %s | %s | %s |\n", k, r, num(lo), num(hi), g, met, rounds, cmd[k]

@@ -164,7 +164,7 @@ func BenchmarkCompaction_Ratio(b *testing.B) {
 // BenchmarkGC_Ratio: gc of 1,000 orphan segments on MinIO (the state read,
 // the segments listed a page at a time, the orphans deleted 16 at once)
 // against raw deletes of as many objects, one at a time (/serial: the
-// obvious loop, and what gc did before stop 27) and 16 at once
+// obvious loop, as gc once deleted) and 16 at once
 // (/parallel: the store's own pace). Each round's objects are created
 // outside the timing. No goal is set: the first gc of an archive that
 // never had one deletes a segment per compacted commit.
@@ -267,7 +267,7 @@ func getLag(tb testing.TB) time.Duration {
 // BenchmarkWalk_Ratio: a cold reader walking 1,000 entries with their
 // segments (one 4 KiB page each) from MinIO through Volume.Walk, which
 // fetches ahead, ÷ the same walk one segment at a time (Entries, then
-// Segment for each: what the archive's merged read did before stop 28).
+// Segment for each: how the merged read once went).
 // No goal is set. SILT_BENCH_GET_LAG=20ms adds that much to every GET.
 //
 //	go test -run '^$' -bench Walk_Ratio -benchtime 5x ./pkg/graft

@@ -80,7 +80,14 @@ func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value
 	return p.sent, out
 }
 
-func (s *startSender) close() { s.rdb.Close() }
+// close closes the sender's client once a record in flight is answered
+// (its context bounds the wait): closed under it, go-redis would log the
+// connection it hands back.
+func (s *startSender) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rdb.Close()
+}
 
 // sentHook wraps the sender's connections so that their writes are seen.
 type sentHook struct{ s *startSender }
