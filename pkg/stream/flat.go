@@ -76,11 +76,7 @@ func (l *Log) flatEntries(reply []any) ([]FlatEntry, error) {
 		}
 		start := len(all)
 		for _, f := range fields {
-			s, ok := f.(string)
-			if !ok {
-				s = fmt.Sprint(f)
-			}
-			all = append(all, s)
+			all = append(all, str(f))
 		}
 		out[i] = FlatEntry{StreamID: sid, Pairs: all[start:len(all):len(all)]}
 	}

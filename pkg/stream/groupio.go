@@ -166,26 +166,6 @@ func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 		readTimeout: readTimeoutOf(l.rdb)}
 }
 
-// readTimeoutOf is how long the client waits for a reply: its ReadTimeout
-// as go-redis normalized it, or, when that sets none, go-redis's default of
-// 5 s (a cluster's node clients take that default then); 0 when the client
-// does not say.
-func readTimeoutOf(c Client) time.Duration {
-	var d time.Duration
-	switch c := c.(type) {
-	case *redis.Client:
-		d = c.Options().ReadTimeout
-	case *redis.ClusterClient:
-		d = c.Options().ReadTimeout
-	default:
-		return 0
-	}
-	if d <= 0 {
-		return 5 * time.Second
-	}
-	return d
-}
-
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
 	msgs, err := readReply(g.rdb.Do(ctx, xreadgroup(g.group, g.consumer, g.key, after, count, -1)...))
 	if err != nil {
@@ -383,32 +363,6 @@ func (g *redisGroup) recordWindow(ctx context.Context, lo, hi string) error {
 		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	}
 	return nil
-}
-
-func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
-	g.senderMu.Lock()
-	if g.sender == nil && !g.noSender {
-		g.sender = newStartSender(g.rdb)
-		g.noSender = g.sender == nil
-	}
-	s := g.sender
-	g.senderMu.Unlock()
-	if s == nil {
-		return nil, nil, false
-	}
-	sent, reply := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
-		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
-	})
-	return sent, reply, true
-}
-
-func (g *redisGroup) release() {
-	g.senderMu.Lock()
-	defer g.senderMu.Unlock()
-	if g.sender != nil {
-		g.sender.close()
-		g.sender = nil
-	}
 }
 
 func (g *redisGroup) dropWindow(ctx context.Context) error {

@@ -114,3 +114,23 @@ func str(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// readTimeoutOf is how long the client waits for a reply: its ReadTimeout
+// as go-redis normalized it, or, when that sets none, go-redis's default of
+// 5 s (a cluster's node clients take that default then); 0 when the client
+// does not say.
+func readTimeoutOf(c Client) time.Duration {
+	var d time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		d = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		d = c.Options().ReadTimeout
+	default:
+		return 0
+	}
+	if d <= 0 {
+		return 5 * time.Second
+	}
+	return d
+}

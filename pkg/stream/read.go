@@ -107,11 +107,7 @@ func (l *Log) ReadRaw(ctx context.Context, from, to brand.StreamID, count int64)
 		}
 		f := make(map[string]string, len(msg.Values))
 		for k, v := range msg.Values {
-			s, ok := v.(string)
-			if !ok {
-				s = fmt.Sprint(v)
-			}
-			f[k] = s
+			f[k] = str(v)
 		}
 		out[i] = RawEntry{StreamID: sid, Fields: f}
 	}

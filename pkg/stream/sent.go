@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,34 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// sendWindow is recordWindow written on the sender (groupWriter). The
+// sender is made by the first call of a run and closed by release.
+func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
+	g.senderMu.Lock()
+	if g.sender == nil && !g.noSender {
+		g.sender = newStartSender(g.rdb)
+		g.noSender = g.sender == nil
+	}
+	s := g.sender
+	g.senderMu.Unlock()
+	if s == nil {
+		return nil, nil, false
+	}
+	sent, reply := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
+		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
+	})
+	return sent, reply, true
+}
+
+func (g *redisGroup) release() {
+	g.senderMu.Lock()
+	defer g.senderMu.Unlock()
+	if g.sender != nil {
+		g.sender.close()
+		g.sender = nil
+	}
+}
 
 // startSender writes start records on a connection of its own and says
 // when a record's bytes are written, before its reply is back: a handler
