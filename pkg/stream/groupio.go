@@ -174,16 +174,19 @@ func (g *redisGroup) readPending(ctx context.Context, after string, count int64)
 	return msgs, nil
 }
 
+// readCmds is what readNew queues a read on: the client, or a pipeline.
+type readCmds interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
+}
+
 // readNew reads through Do, the reply decoded once into messages (no
 // go-redis map per entry), unless the read blocks for longer than the
 // client's read timeout leaves room for: go-redis's own XREADGROUP gives a
 // blocking read the time it waits.
 func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
 	var read func() ([]message, error)
-	queue := func(c interface {
-		Do(ctx context.Context, args ...any) *redis.Cmd
-		XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
-	}) {
+	queue := func(c readCmds) {
 		if block < 0 || block+time.Second <= g.readTimeout {
 			cmd := c.Do(ctx, xreadgroup(g.group, g.consumer, g.key, ">", count, block)...)
 			read = func() ([]message, error) { return readReply(cmd) }

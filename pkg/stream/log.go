@@ -52,7 +52,6 @@ type Client interface {
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XDel(ctx context.Context, stream string, ids ...string) *redis.IntCmd
 	XLen(ctx context.Context, stream string) *redis.IntCmd
-	XRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
 	XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd
 	XAutoClaimWithDeleted(ctx context.Context, a *redis.XAutoClaimArgs) *redis.XAutoClaimWithDeletedCmd

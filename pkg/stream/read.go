@@ -8,8 +8,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/silt-dev/silt/pkg/brand"
 )
 
@@ -53,13 +51,13 @@ var (
 func (l *Log) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
 		for from.Compare(to) <= 0 {
-			page, err := l.rdb.XRangeN(ctx, l.key, from.String(), to.String(), l.PageSize).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				yield(Entry{}, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err))
+			page, err := l.ReadFlat(ctx, from, to, l.PageSize)
+			if err != nil {
+				yield(Entry{}, err)
 				return
 			}
-			for _, msg := range page {
-				e, err := l.decode(msg)
+			for _, raw := range page {
+				e, err := l.decodeFields(raw.StreamID, raw.Fields())
 				if !yield(e, err) {
 					return
 				}
@@ -95,21 +93,13 @@ type RawEntry struct {
 
 // ReadRaw returns up to count entries with from <= stream id <= to, as stored.
 func (l *Log) ReadRaw(ctx context.Context, from, to brand.StreamID, count int64) ([]RawEntry, error) {
-	page, err := l.rdb.XRangeN(ctx, l.key, from.String(), to.String(), count).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
+	page, err := l.ReadFlat(ctx, from, to, count)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]RawEntry, len(page))
-	for i, msg := range page {
-		sid, err := brand.ParseStreamID(msg.ID)
-		if err != nil {
-			return nil, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
-		}
-		f := make(map[string]string, len(msg.Values))
-		for k, v := range msg.Values {
-			f[k] = str(v)
-		}
-		out[i] = RawEntry{StreamID: sid, Fields: f}
+	for i, e := range page {
+		out[i] = RawEntry{StreamID: e.StreamID, Fields: e.Fields()}
 	}
 	return out, nil
 }
@@ -137,22 +127,9 @@ func (l *Log) CheckRaw(raw RawEntry) error {
 	return err
 }
 
-// decode turns a raw message into an Entry, checking its "id" field against
-// the stream id and the log's kind.
-func (l *Log) decode(msg redis.XMessage) (Entry, error) {
-	sid, err := brand.ParseStreamID(msg.ID)
-	if err != nil {
-		return Entry{}, fmt.Errorf("%s: server returned entry id %q: %w", l.key, msg.ID, err)
-	}
-	f := make(Fields, len(msg.Values))
-	for k, v := range msg.Values {
-		f[k] = str(v)
-	}
-	return l.decodeFields(sid, f)
-}
-
-// decodeFields is decode of an entry already decoded into f, "id"
-// included: the "id" field is taken out of f, which becomes the Entry's.
+// decodeFields checks an entry decoded into f, "id" included, against the
+// stream id and the log's kind: the "id" field is taken out of f, which
+// becomes the Entry's.
 func (l *Log) decodeFields(sid brand.StreamID, f Fields) (Entry, error) {
 	raw, hasID := f[IDField]
 	if hasID {
