@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -415,5 +417,78 @@ func TestProof_RecordOnlyMovesForward(t *testing.T) {
 	}
 	if got := record(t, e); got != rec {
 		t.Fatalf("record moved back from %+v to %+v", rec, got)
+	}
+}
+
+// stalledReadBack is a remote whose reads of one commit fail, after
+// waiting (up to a second) for the commit above it to be created: the run
+// goes on creating while a slice is proven, and this shows it.
+type stalledReadBack struct {
+	fence.Store
+	stall, next string // commit keys
+	created     chan struct{}
+	once        sync.Once
+}
+
+func (s *stalledReadBack) Create(ctx context.Context, key string, body []byte) error {
+	err := s.Store.Create(ctx, key, body)
+	if err == nil && key == s.next {
+		s.once.Do(func() { close(s.created) })
+	}
+	return err
+}
+
+func (s *stalledReadBack) Get(ctx context.Context, key string, r fence.Range) ([]byte, error) {
+	if key == s.stall {
+		select {
+		case <-s.created:
+		case <-time.After(time.Second):
+		}
+		return nil, errors.New("injected: the remote times out")
+	}
+	return s.Store.Get(ctx, key, r)
+}
+
+// A slice is proven (read back, recorded) while the next one is created:
+// when the proof fails, the run stops with nothing trimmed above the last
+// proven slice, though the slice after it was created, and the next run
+// proves both and trims them.
+func TestRun_UnprovenSliceIsNeverTrimmed(t *testing.T) {
+	ctx := context.Background()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := "emq.cm.events" // what archive.VolumeName gives for this env
+	faulty := &stalledReadBack{Store: local, stall: vol + "/commits/00000000000000000002",
+		next: vol + "/commits/00000000000000000003", created: make(chan struct{})}
+	e := newEnvOn(t, faulty)
+	ids := e.appendN(t, 50)
+	a := e.open(t)
+	if a.Volume().Name() != vol {
+		t.Fatalf("volume %q, the test expects %q", a.Volume().Name(), vol)
+	}
+	a.SliceEntries, a.Exact = 10, true
+	res, err := a.Run(ctx, archive.Policy{KeepLast: 5}, nil)
+	if err == nil || !strings.Contains(err.Error(), "commit 2 was created but does not read back") {
+		t.Fatalf("run: %+v, %v; want commit 2's read back refused", res, err)
+	}
+	if res.Commits != 1 || res.Trimmed != 10 || xlen(t, e) != 40 {
+		t.Fatalf("run: %+v, stream holds %d; want the first slice alone counted and trimmed", res, xlen(t, e))
+	}
+	if rec := record(t, e); rec.LSN != 1 {
+		t.Fatalf("record at %d, want 1", rec.LSN)
+	}
+	if _, err := local.Get(ctx, faulty.next, fence.Range{}); err != nil {
+		t.Fatalf("commit 3 was not created while commit 2 was proven: %v", err)
+	}
+	healthy := &env{rdb: e.rdb, log: e.log, store: local}
+	res, err = healthy.run(t, 5)
+	if err != nil || xlen(t, e) != 5 || res.Archived != 15 || res.Trimmed != 35 {
+		t.Fatalf("next run: %+v, %v, stream holds %d; want commits 2 and 3 proven and trimmed, the last 15 archived, 5 live", res, err, xlen(t, e))
+	}
+	got, _ := history(t, healthy.open(t), brand.StreamID{}, brand.StreamID{MS: 1 << 60})
+	if !slices.Equal(got, ids) {
+		t.Fatalf("history holds %d entries, want the %d appended, in order, once each", len(got), len(ids))
 	}
 }

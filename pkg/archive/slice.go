@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,47 +84,45 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if _, err := a.vol.Checkpoint(ctx, false); err != nil {
 		return res, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
-	// The next slice is read and encoded while this one uploads and
-	// commits: a fold (Redis reads, encoding) overlaps a commit (hashing
-	// and the remote's round trips). A trim runs after its commit and
-	// before the next fold starts, so a fold never counts live entries
-	// while a trim removes them. Under KeepLast, a slice carries the count
-	// of live entries at or below its watermark (folded.live) to the fold
-	// after it, which would otherwise read them all again: each fold adds
-	// its entries, each trim takes off what it removed. The count can only
-	// be high (an entry deleted by someone else), which archives less,
-	// never more, than KeepLast allows.
+	// Three slices are in the works at once: the next one is read and
+	// encoded while this one is created on the remote, and the one before
+	// is proven (read back from the remote and recorded in Redis) beside
+	// both. A fold (Redis reads, encoding), a create (hashing, the remote's
+	// round trips, local copies) and a proof overlap; creates and proofs
+	// keep LSN order. A slice is trimmed once proven, after the fold and
+	// the create beside its proof and before the next fold starts, so a
+	// fold never counts live entries while a trim removes them. Under
+	// KeepLast, a slice carries the count of live entries at or below its
+	// watermark (folded.live) to the fold after it, which would otherwise
+	// read them all again: each fold adds its entries, each trim takes off
+	// what it removed. The count can only be high (an entry deleted by
+	// someone else), which archives less, never more, than KeepLast allows.
+	var proving *proof // the slice created last, being proven
+	defer func() {     // no proof outlives its run
+		if proving != nil {
+			<-proving.done
+		}
+	}()
 	f, err := a.fold(ctx, p, st, top, -1)
-	for ctx.Err() == nil {
-		if err != nil {
-			return res, err
-		}
-		if len(f.pages) == 0 {
-			if err := a.compact(ctx, &res); err != nil {
-				return res, err
-			}
-			return res, a.prune(ctx, &res)
-		}
+	for err == nil && ctx.Err() == nil && len(f.pages) > 0 {
 		ahead := make(chan folded, 1)
 		go func(after state, live int64) {
 			nf, err := a.fold(ctx, p, after, top, live)
 			nf.err = err
 			ahead <- nf
 		}(f.next, f.live)
-		next, err := a.commit(ctx, st, f, &res)
+		c, next, cerr := a.create(ctx, st, f, &res)
 		nf := <-ahead // no fold outlives its run
-		if err != nil {
+		trimmed, serr := a.settle(ctx, proving, &res, progress)
+		proving = nil
+		if err := cmp.Or(serr, cerr); err != nil {
 			return res, err
+		}
+		if c != nil {
+			proving = a.startProof(ctx, c, st, f)
 		}
 		won := next == f.next
 		st = next
-		trimmed, err := a.trim(ctx, &res)
-		if err != nil {
-			return res, err
-		}
-		if progress != nil {
-			progress(res)
-		}
 		if !won { // the slice folded ahead assumed our commit: fold after the winner's
 			f, err = a.fold(ctx, p, st, top, -1)
 			continue
@@ -133,7 +132,15 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 			f.live = max(f.live-trimmed, 0)
 		}
 	}
-	return res, ctx.Err()
+	_, serr := a.settle(ctx, proving, &res, progress)
+	proving = nil
+	if err := cmp.Or(err, ctx.Err(), serr); err != nil {
+		return res, err
+	}
+	if err := a.compact(ctx, &res); err != nil {
+		return res, err
+	}
+	return res, a.prune(ctx, &res)
 }
 
 // compact merges small segments after a run's slices, a bounded amount
@@ -367,33 +374,73 @@ func (a *Archive) archivable(ctx context.Context, st state, keep, below int64) (
 	return info.Length - below - keep, below, nil
 }
 
-// commit commits a folded slice. A lost race returns the winner's state
-// instead.
-func (a *Archive) commit(ctx context.Context, st state, f folded, res *Result) (state, error) {
+// create commits a folded slice behind the fence and returns the commit
+// and the state after it. A lost race returns no commit and the winner's
+// state instead.
+func (a *Archive) create(ctx context.Context, st state, f folded, res *Result) (*graft.Commit, state, error) {
 	a.failpoint(failpoint.AfterFold)
 	c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
 	var ce *graft.ConflictError
 	if errors.As(err, &ce) {
 		res.LostRaces++
 		won, serr := stateOf(a.vol.Latest())
-		return won, serr
+		return nil, won, serr
 	}
 	if err != nil {
-		return st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
+		return nil, st, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
 	a.failpoint(failpoint.AfterCommit)
-	if err := a.readBack(ctx, c); err != nil {
-		return st, err
+	return c, f.next, nil
+}
+
+// proof is a created slice being proven on a goroutine of its own.
+type proof struct {
+	c    *graft.Commit
+	from state // the state before the slice
+	f    folded
+	done chan error
+}
+
+// startProof reads commit c, slice f's, back from the remote and records it in
+// Redis on a goroutine; settle waits for it.
+func (a *Archive) startProof(ctx context.Context, c *graft.Commit, from state, f folded) *proof {
+	pr := &proof{c: c, from: from, f: f, done: make(chan error, 1)}
+	go func() {
+		err := a.readBack(ctx, c)
+		if err == nil {
+			err = a.record(ctx, c, f.next.W)
+		}
+		pr.done <- err
+	}()
+	return pr
+}
+
+// settle waits for the slice being proven, counts it in res and trims up
+// to its watermark; with none in flight it does nothing. It returns how
+// many entries the trim removed.
+func (a *Archive) settle(ctx context.Context, pr *proof, res *Result, progress Progress) (int64, error) {
+	if pr == nil {
+		return 0, nil
 	}
-	if err := a.record(ctx, c, f.next.W); err != nil {
-		return st, err
+	if err := <-pr.done; err != nil {
+		return 0, err
 	}
-	res.Archived += int64(len(f.pages))
+	res.Archived += int64(len(pr.f.pages))
 	res.Commits++
-	res.Bytes += f.bytes
-	res.Malformed += f.next.Malformed - st.Malformed
-	res.W, res.LSN = f.next.W.String(), c.LSN
-	return f.next, nil
+	res.Bytes += pr.f.bytes
+	res.Malformed += pr.f.next.Malformed - pr.from.Malformed
+	res.W, res.LSN = pr.f.next.W.String(), pr.c.LSN
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	trimmed, err := a.trim(ctx, res)
+	if err != nil {
+		return 0, err
+	}
+	if progress != nil {
+		progress(*res)
+	}
+	return trimmed, nil
 }
 
 // trim removes live entries at or below the proven watermark (a commit

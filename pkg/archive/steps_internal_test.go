@@ -23,7 +23,10 @@ import (
 // first fold, then per slice the longer of a fold and a commit, plus a
 // trim). Per round, fold ÷ XRANGE and commit ÷ PUT are taken, and their
 // medians reported as fold-ratio and commit-ratio (goals <= 1.25 and
-// <= 1.2), with their spreads. Needs MinIO from scripts/servers.sh.
+// <= 1.2), with their spreads; create-ratio is create-ms ÷ the PUT, the
+// part of a commit a run waits for before its next create (the proof,
+// read back and record, runs beside the next slice). Needs MinIO from
+// scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
 func BenchmarkArchive_Steps(b *testing.B) {
@@ -106,6 +109,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	}
 	ratios("fold-ratio", fold, xrange)
 	ratios("commit-ratio", commit, put)
+	ratios("create-ratio", create, put)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(xrange), "xrange-ms")
 	b.ReportMetric(median(fold), "fold-ms")
