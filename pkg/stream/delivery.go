@@ -13,7 +13,11 @@ import (
 type Delivery struct {
 	ID       brand.ID       // the branded id; handlers dedupe by it
 	StreamID brand.StreamID // the entry's id in the stream
-	Fields   Fields         // the payload, without "id"
+	// Fields is the payload, without "id". Names and values may share the
+	// bytes of the read that returned the entry (up to a batch of
+	// entries): a handler that keeps one long after it returns and wants
+	// that memory back keeps strings.Clone of it.
+	Fields Fields
 	// Attempts counts the handler starts for this entry by its group, this
 	// one included (Consumer.MaxAttempts is judged on it). It survives
 	// worker crashes, reclaims and recovery from the archive.

@@ -48,20 +48,27 @@ func (e FlatEntry) Bytes() int {
 }
 
 // ReadFlat returns up to count entries with from <= stream id <= to, as
-// stored, decoded once: the server's reply is walked straight into the
-// entries, whose Pairs share one backing array, with no map per entry.
-// Read and ReadRaw make their maps from it; the archive's fold encodes
-// straight from the pairs.
+// stored, read once from the bytes of the server's reply (resp.go): the
+// entries' Pairs share one backing array and are cut from one string, with
+// no map per entry. Read and ReadRaw make their maps from it; the archive's
+// fold encodes straight from the pairs.
 func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
-	reply, err := l.rdb.Do(ctx, "XRANGE", l.key, from.String(), to.String(), "COUNT", count).Slice()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
+	args := []any{"XRANGE", l.key, from.String(), to.String(), "COUNT", count}
+	r, ok, err := rawReply(rawCmd(ctx, l.rdb, args...))
+	if ok {
+		return r.flat(l.key)
 	}
-	return l.flatEntries(reply)
+	if err == nil { // an error reply: again through Do
+		var reply []any
+		if reply, err = l.rdb.Do(ctx, args...).Slice(); err == nil || errors.Is(err, redis.Nil) {
+			return l.flatEntries(reply)
+		}
+	}
+	return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
 }
 
-// flatEntries turns an XRANGE reply, [[id, [name, value, ...]], ...], into
-// entries.
+// flatEntries turns an XRANGE reply that go-redis decoded, [[id, [name,
+// value, ...]], ...], into entries.
 func (l *Log) flatEntries(reply []any) ([]FlatEntry, error) {
 	out := make([]FlatEntry, len(reply))
 	pairs := 0

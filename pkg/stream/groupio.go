@@ -167,29 +167,44 @@ func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 }
 
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
-	msgs, err := readReply(g.rdb.Do(ctx, xreadgroup(g.group, g.consumer, g.key, after, count, -1)...))
+	args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
+	msgs, err := g.readRaw(ctx, rawCmd(ctx, g.rdb, args...), args)
 	if err != nil {
 		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
 	}
 	return msgs, nil
 }
 
+// readRaw reads the messages of an XREADGROUP sent as cmd (args): from
+// the reply's bytes (resp.go), or, after an error reply, from the same
+// read sent again through Do (an error reply delivered nothing).
+func (g *redisGroup) readRaw(ctx context.Context, cmd *redis.RawCmd, args []any) ([]message, error) {
+	r, ok, err := rawReply(cmd)
+	if ok {
+		return r.messages()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readReply(g.rdb.Do(ctx, args...))
+}
+
 // readCmds is what readNew queues a read on: the client, or a pipeline.
 type readCmds interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
+	processor
 	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
 }
 
-// readNew reads through Do, the reply decoded once into messages (no
-// go-redis map per entry), unless the read blocks for longer than the
-// client's read timeout leaves room for: go-redis's own XREADGROUP gives a
-// blocking read the time it waits.
+// readNew reads from the reply's bytes (resp.go), unless the read blocks
+// for longer than the client's read timeout leaves room for: go-redis's
+// own XREADGROUP gives a blocking read the time it waits.
 func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
 	var read func() ([]message, error)
 	queue := func(c readCmds) {
 		if block < 0 || block+time.Second <= g.readTimeout {
-			cmd := c.Do(ctx, xreadgroup(g.group, g.consumer, g.key, ">", count, block)...)
-			read = func() ([]message, error) { return readReply(cmd) }
+			args := xreadgroup(g.group, g.consumer, g.key, ">", count, block)
+			cmd := rawCmd(ctx, c, args...)
+			read = func() ([]message, error) { return g.readRaw(ctx, cmd, args) }
 			return
 		}
 		cmd := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block})

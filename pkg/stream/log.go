@@ -47,7 +47,8 @@ type Client interface {
 	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	Do(ctx context.Context, args ...any) *redis.Cmd // replies decoded once (flat.go)
+	Process(ctx context.Context, cmd redis.Cmder) error // replies read from their bytes (resp.go)
+	Do(ctx context.Context, args ...any) *redis.Cmd     // and again through Do after an error reply
 
 	XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd
 	XDel(ctx context.Context, stream string, ids ...string) *redis.IntCmd

@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"maps"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +13,14 @@ import (
 	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
-// TestReadReply_BothProtocols: an XREADGROUP decoded once (readReply over
-// Do) gives what go-redis's own XREADGROUP gives, on RESP2 and RESP3:
-// new entries with their fields, a pending entry deleted from the stream
-// with none, and an empty read as no entries.
+// TestReadReply_BothProtocols: an XREADGROUP read from the reply's bytes
+// (resp.go) gives what the same read decoded by go-redis (readReply over
+// Do, the path after an error reply) and go-redis's own XREADGROUP give,
+// on RESP2 and RESP3: new entries with their fields (empty values, a
+// name added twice, binary bytes and CRLF inside values), a pending entry
+// deleted from the stream with none, and an empty read (blocking or not)
+// as no entries. An XRANGE read from its bytes gives what flatEntries
+// gives for Do's reply.
 func TestReadReply_BothProtocols(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := context.Background()
@@ -26,36 +32,98 @@ func TestReadReply_BothProtocols(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ids []string
-		for i, f := range [][]any{{"id", "EVT_a", "n", "1"}, {"x", "", "y", "2"}, {"z", "3"}} {
+		for i, f := range [][]any{{"id", "EVT_a", "n", "1"}, {"x", "", "y", "2"}, {"z", "3", "z", "4"}, {"bin", "\x00\r\n$3\r\n*1\xff"}} {
 			id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: f}).Result()
 			if err != nil {
 				t.Fatalf("xadd %d: %v", i, err)
 			}
 			ids = append(ids, id)
 		}
-		got, err := readReply(rdb.Do(ctx, xreadgroup("g", "c", key, ">", 10, -1)...))
-		if err != nil || len(got) != 3 {
-			t.Fatalf("RESP%d: read %v, %v", proto, got, err)
+		read := func(from string, block time.Duration) ([]message, []message) {
+			t.Helper()
+			args := xreadgroup("g", "c", key, from, 10, block)
+			r, ok, err := rawReply(rawCmd(ctx, rdb, args...))
+			if !ok || err != nil {
+				t.Fatalf("RESP%d: read %s: no reply to read from its bytes: %v", proto, from, err)
+			}
+			raw, err := r.messages()
+			if err != nil {
+				t.Fatalf("RESP%d: read %s from its bytes: %v", proto, from, err)
+			}
+			decoded, err := readReply(rdb.Do(ctx, args...))
+			if err != nil {
+				t.Fatalf("RESP%d: read %s through Do: %v", proto, from, err)
+			}
+			return raw, decoded
 		}
-		want := []Fields{{"id": "EVT_a", "n": "1"}, {"x": "", "y": "2"}, {"z": "3"}}
+		got, _ := read(">", -1)
+		want := []Fields{{"id": "EVT_a", "n": "1"}, {"x": "", "y": "2"}, {"z": "4"}, {"bin": "\x00\r\n$3\r\n*1\xff"}}
+		if len(got) != len(want) {
+			t.Fatalf("RESP%d: read %d entries, want %d", proto, len(got), len(want))
+		}
 		for i, m := range got {
 			if m.ID != ids[i] || !maps.Equal(m.Fields, want[i]) {
-				t.Errorf("RESP%d: entry %d reads %s %v, want %s %v", proto, i, m.ID, m.Fields, ids[i], want[i])
+				t.Errorf("RESP%d: entry %d reads %s %q, want %s %q", proto, i, m.ID, m.Fields, ids[i], want[i])
 			}
 		}
-		if none, err := readReply(rdb.Do(ctx, xreadgroup("g", "c", key, ">", 10, 5*time.Millisecond)...)); err != nil || len(none) != 0 {
-			t.Fatalf("RESP%d: a read with nothing new (blocking 5ms): %v, %v", proto, none, err)
+		if none, decoded := read(">", 5*time.Millisecond); len(none) != 0 || len(decoded) != 0 {
+			t.Fatalf("RESP%d: a read with nothing new (blocking 5ms): %v, %v", proto, none, decoded)
+		}
+		if none, decoded := read(">", -1); len(none) != 0 || len(decoded) != 0 {
+			t.Fatalf("RESP%d: a read with nothing new: %v, %v", proto, none, decoded)
 		}
 		rdb.XDel(ctx, key, ids[1])
-		pending, err := readReply(rdb.Do(ctx, xreadgroup("g", "c", key, "0", 10, -1)...))
-		if err != nil || len(pending) != 3 || pending[1].ID != ids[1] || pending[1].Fields != nil || pending[2].Fields["z"] != "3" {
-			t.Fatalf("RESP%d: pending read with one deleted: %+v, %v", proto, pending, err)
+		pending, decoded := read("0", -1)
+		if len(pending) != 4 || pending[1].ID != ids[1] || pending[1].Fields != nil || pending[2].Fields["z"] != "4" {
+			t.Fatalf("RESP%d: pending read with one deleted: %+v", proto, pending)
 		}
 		theirs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{key, "0"}, Count: 10, Block: -1}).Result()
 		for i, m := range fromXMessages(theirs[0].Messages) {
-			if m.ID != pending[i].ID || !maps.Equal(m.Fields, pending[i].Fields) || (m.Fields == nil) != (pending[i].Fields == nil) {
-				t.Errorf("RESP%d: go-redis reads entry %d as %+v, Do as %+v", proto, i, m, pending[i])
+			for path, other := range map[string]message{"its bytes": pending[i], "Do": decoded[i]} {
+				if m.ID != other.ID || !maps.Equal(m.Fields, other.Fields) || (m.Fields == nil) != (other.Fields == nil) {
+					t.Errorf("RESP%d: go-redis reads entry %d as %+v, a read from %s as %+v", proto, i, m, path, other)
+				}
 			}
+		}
+		l := &Log{rdb: rdb, key: key}
+		r, ok, err := rawReply(rawCmd(ctx, rdb, "XRANGE", key, "-", "+", "COUNT", 10))
+		if !ok || err != nil {
+			t.Fatalf("RESP%d: XRANGE: no reply to read from its bytes: %v", proto, err)
+		}
+		flat, err := r.flat(key)
+		if err != nil {
+			t.Fatalf("RESP%d: ReadFlat: %v", proto, err)
+		}
+		reply, err := rdb.Do(ctx, "XRANGE", key, "-", "+", "COUNT", 10).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromDo, err := l.flatEntries(reply)
+		if err != nil || !reflect.DeepEqual(flat, fromDo) || len(flat) != 3 || len(flat[1].Pairs) != 4 {
+			t.Fatalf("RESP%d: XRANGE from its bytes %+v, through Do %+v, %v", proto, flat, fromDo, err)
+		}
+	}
+}
+
+// TestReadRaw_ErrorReply: a read the server answers with an error (which
+// go-redis does not read as one in a RawCmd) goes again through Do and
+// returns go-redis's error: a missing group is NOGROUP, a key of another
+// type WRONGTYPE.
+func TestReadRaw_ErrorReply(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: proto})
+		defer rdb.Close()
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: "nogroup", Values: []any{"a", "1"}})
+		g := &redisGroup{rdb: rdb, group: "missing", consumer: "c", key: "nogroup"}
+		if _, err := g.readPending(ctx, "0", 10); err == nil || !strings.Contains(err.Error(), "NOGROUP") {
+			t.Errorf("RESP%d: pending read of a missing group: %v, want NOGROUP", proto, err)
+		}
+		rdb.Set(ctx, "plain", "x", 0)
+		l := &Log{rdb: rdb, key: "plain"}
+		if _, err := l.ReadFlat(ctx, First, Last, 10); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("RESP%d: XRANGE of a string: %v, want WRONGTYPE", proto, err)
 		}
 	}
 }

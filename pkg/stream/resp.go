@@ -1,0 +1,233 @@
+package stream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/silt-dev/silt/pkg/brand"
+)
+
+// The replies silt reads in bulk, XRANGE's and XREADGROUP's, are read from
+// the bytes the server sent (go-redis's RawCmd): the whole reply is read
+// as one string and every id, name and value is cut from it, so a reply of
+// a thousand entries costs no allocation per string, where a decoded
+// reply's tree costs one and an interface box. A name or value kept
+// after its entry is handled keeps its reply's bytes alive with it.
+//
+// go-redis does not read an error reply to a RawCmd as an error, so it
+// neither follows MOVED or ASK nor retries on one: a command answered with
+// an error goes again through Do, whose reply is decoded as a tree (flat.go,
+// message.go), and whose error is go-redis's.
+
+// processor is what a raw command is sent or queued on: a Client or a
+// pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// rawCmd sends args on c (or queues them, on a pipeline) as a RawCmd.
+func rawCmd(ctx context.Context, c processor, args ...any) *redis.RawCmd {
+	cmd := redis.NewRawCmd(ctx, args...)
+	_ = c.Process(ctx, cmd) // its error is cmd's
+	return cmd
+}
+
+// rawReply returns cmd's reply to read. ok is false when the server
+// answered with an error: send the command again through Do.
+func rawReply(cmd *redis.RawCmd) (r *resp, ok bool, err error) {
+	b, err := cmd.Result()
+	if err != nil {
+		return nil, false, err
+	}
+	if len(b) == 0 {
+		return nil, false, errors.New("empty reply")
+	}
+	if b[0] == '-' || b[0] == '!' {
+		return nil, false, nil
+	}
+	// The reply is the command's alone and never written again: the
+	// string shares its bytes instead of copying them.
+	return &resp{s: unsafe.String(&b[0], len(b))}, true, nil
+}
+
+// resp reads one RESP2 or RESP3 reply.
+type resp struct {
+	s  string
+	at int
+}
+
+var errShortReply = errors.New("reply ends early")
+
+// header reads the next value's type byte and its count: the elements of
+// an array, set or push, the pairs of a map, the bytes of a bulk string;
+// -1 for a null. Other types' text is in text.
+func (r *resp) header() (kind byte, n int, text string, err error) {
+	end := strings.Index(r.s[r.at:], "\r\n")
+	if end < 1 {
+		return 0, 0, "", errShortReply
+	}
+	line := r.s[r.at : r.at+end]
+	r.at += end + 2
+	kind = line[0]
+	switch kind {
+	case '*', '%', '~', '>', '$', '=', '!':
+		if n, err = strconv.Atoi(line[1:]); err != nil || n < -1 {
+			return 0, 0, "", fmt.Errorf("reply header %q", line)
+		}
+	case '_':
+		n = -1
+	default:
+		text = line[1:]
+	}
+	return kind, n, text, nil
+}
+
+// array reads an aggregate's header and returns how many values follow (a
+// map's pairs count twice); -1 for a null.
+func (r *resp) array() (int, error) {
+	kind, n, _, err := r.header()
+	switch {
+	case err != nil:
+		return 0, err
+	case n > len(r.s)-r.at: // each value takes 3 bytes at least
+		return 0, errShortReply
+	case kind == '%' && n > 0:
+		return 2 * n, nil
+	case kind == '*' || kind == '%' || kind == '~' || kind == '_' || (kind == '$' && n == -1): // RESP2 nulls: *-1, $-1
+		return n, nil
+	}
+	return 0, fmt.Errorf("reply has %q where an array belongs", kind)
+}
+
+// str reads a string value (bulk, verbatim, simple, or a number's text);
+// ok is false for a null.
+func (r *resp) str() (s string, ok bool, err error) {
+	kind, n, text, err := r.header()
+	if err != nil {
+		return "", false, err
+	}
+	switch kind {
+	case '$', '=':
+		if n < 0 {
+			return "", false, nil
+		}
+		if r.at+n+2 > len(r.s) {
+			return "", false, errShortReply
+		}
+		s = r.s[r.at : r.at+n]
+		r.at += n + 2
+		if kind == '=' && len(s) >= 4 { // "txt:" or "mkd:"
+			s = s[4:]
+		}
+		return s, true, nil
+	case '_':
+		return "", false, nil
+	case '+', ':', ',', '(', '#':
+		return text, true, nil
+	}
+	return "", false, fmt.Errorf("reply has %q where a string belongs", kind)
+}
+
+// entry reads one [id, [name, value, ...]] of a stream reply: the id and
+// how many names and values follow (-1: the entry was deleted while
+// pending, its fields are null).
+func (r *resp) entry() (id string, pairs int, err error) {
+	n, err := r.array()
+	if err != nil || n != 2 {
+		return "", 0, cmp.Or(err, fmt.Errorf("stream reply has an entry of %d values, not [id, fields]", n))
+	}
+	if id, _, err = r.str(); err != nil {
+		return "", 0, err
+	}
+	if pairs, err = r.array(); err != nil {
+		return "", 0, err
+	}
+	if pairs > 0 && pairs%2 != 0 {
+		return "", 0, fmt.Errorf("entry %s: %d field names and values, not pairs", id, pairs)
+	}
+	return id, pairs, nil
+}
+
+// flat reads an XRANGE reply into entries whose pairs share one array.
+func (r *resp) flat(key string) ([]FlatEntry, error) {
+	n, err := r.array()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]FlatEntry, n)
+	var all []string
+	for i := range out {
+		id, pairs, err := r.entry()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		sid, err := brand.ParseStreamID(id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: server returned entry id %q: %w", key, id, err)
+		}
+		if all == nil { // room for as many pairs as the first entry has, for each
+			all = make([]string, 0, min(max(pairs, 0)*n, len(r.s)-r.at))
+		}
+		start := len(all)
+		for range max(pairs, 0) {
+			s, _, err := r.str()
+			if err != nil {
+				return nil, fmt.Errorf("%s: entry %s: %w", key, id, err)
+			}
+			all = append(all, s)
+		}
+		out[i] = FlatEntry{StreamID: sid, Pairs: all[start:len(all):len(all)]}
+	}
+	return out, nil
+}
+
+// messages reads an XREADGROUP reply of one stream, RESP2 ([[key,
+// entries]]) or RESP3 ({key: entries}); a null is no entries.
+func (r *resp) messages() ([]message, error) {
+	n, err := r.array()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	if r.s[0] == '*' { // RESP2: the stream's [key, entries]
+		if n, err = r.array(); err != nil || n != 2 {
+			return nil, cmp.Or(err, fmt.Errorf("XREADGROUP reply has a stream of %d values, not [key, entries]", n))
+		}
+	}
+	if _, _, err := r.str(); err != nil { // the key
+		return nil, err
+	}
+	if n, err = r.array(); err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]message, n)
+	for i := range out {
+		id, pairs, err := r.entry()
+		if err != nil {
+			return nil, err
+		}
+		out[i].ID = id
+		if pairs < 0 {
+			continue // deleted while pending
+		}
+		f := make(Fields, pairs/2)
+		for range pairs / 2 {
+			k, _, err := r.str()
+			if err != nil {
+				return nil, err
+			}
+			v, _, err := r.str()
+			if err != nil {
+				return nil, err
+			}
+			f[k] = v
+		}
+		out[i].Fields = f
+	}
+	return out, nil
+}
