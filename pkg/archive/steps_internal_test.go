@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/fence/s3"
@@ -23,7 +24,9 @@ import (
 // first fold, then per slice the longer of a fold and a commit, plus a
 // trim). Per round, fold ÷ XRANGE and commit ÷ PUT are taken, and their
 // medians reported as fold-ratio and commit-ratio (goals <= 1.25 and
-// <= 1.2), with their spreads; create-ratio is create-ms ÷ the PUT, the
+// <= 1.2), with their spreads; fold-cpu-ratio is the same for the CPU
+// this process spends (less noisy than the wall clock on a shared
+// machine; redis-server's is the same on both sides); create-ratio is create-ms ÷ the PUT, the
 // part of a commit a run waits for before its next create (the proof,
 // read back and record, runs beside the next slice). Needs MinIO from
 // scripts/servers.sh.
@@ -40,7 +43,8 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		fields[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
 	}
 	var xrange, fold, commit, trim, put []float64
-	var create, back, rec []float64 // the commit's three steps
+	var create, back, rec []float64  // the commit's three steps
+	var xrangeCPU, foldCPU []float64 // this process's CPU in each
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ResetTimer()
 	for round := range b.N {
@@ -61,16 +65,17 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		if err := a.checkIdentity(ctx); err != nil {
 			b.Fatal(err)
 		}
-		t0 := time.Now()
+		c0, t0 := benchratio.ProcessCPU(), time.Now()
 		if n := len(rdb.XRangeN(ctx, l.Key(), "-", "+", 5000).Val()); n != 5000 {
 			b.Fatalf("xrange read %d", n)
 		}
-		t1 := time.Now()
+		c1, t1 := benchratio.ProcessCPU(), time.Now()
 		f, err := a.fold(ctx, Policy{KeepLast: 1}, state{}, brand.StreamID{MS: 1 << 50}, -1)
 		if err != nil || len(f.pages) != 4999 {
 			b.Fatalf("fold: %d pages, %v", len(f.pages), err)
 		}
-		t2 := time.Now()
+		c2, t2 := benchratio.ProcessCPU(), time.Now()
+		xrangeCPU, foldCPU = append(xrangeCPU, ms(c1-c0)), append(foldCPU, ms(c2-c1))
 		// The commit step as a run takes it: create-only, read back, recorded in Redis.
 		c, err := a.vol.Commit(ctx, f.pages, f.next.meta(f.first, a.identity))
 		tc1 := time.Now()
@@ -108,6 +113,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		b.ReportMetric(r[len(r)-1], name+"-max")
 	}
 	ratios("fold-ratio", fold, xrange)
+	ratios("fold-cpu-ratio", foldCPU, xrangeCPU)
 	ratios("commit-ratio", commit, put)
 	ratios("create-ratio", create, put)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }

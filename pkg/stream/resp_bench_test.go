@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/testing/testserver"
 )
 
@@ -14,9 +15,11 @@ import (
 // three ways, with their allocations: from the reply's bytes (resp.go,
 // what ReadFlat and the worker's reads do), from go-redis's decoded tree
 // (Do, the path after an error reply) and with go-redis's XRangeN (a map
-// per entry). The round trip is most of each op's time.
+// per entry), with this process's CPU per read (cpu-us/op): the round
+// trip is most of each op's wall time. With GOMAXPROCS=1 the CPU figure
+// is free of the scheduler's spinning on a busy machine.
 //
-//	go test -run '^$' -bench StreamReply -benchmem ./pkg/stream
+//	GOMAXPROCS=1 go test -run '^$' -bench StreamReply -benchmem -benchtime 500x -count 4 ./pkg/stream
 func BenchmarkStreamReply(b *testing.B) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: testserver.Redis(b).Addr})
@@ -31,6 +34,8 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	}
 	b.Run("bytes", func(b *testing.B) {
+		c0 := benchratio.ProcessCPU()
+		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
 		for range b.N {
 			r, _, err := rawReply(rawCmd(ctx, rdb, args...))
 			if err == nil {
@@ -41,6 +46,8 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	})
 	b.Run("tree", func(b *testing.B) {
+		c0 := benchratio.ProcessCPU()
+		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
 		for range b.N {
 			reply, err := rdb.Do(ctx, args...).Slice()
 			if err == nil {
@@ -51,6 +58,8 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	})
 	b.Run("go-redis", func(b *testing.B) {
+		c0 := benchratio.ProcessCPU()
+		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
 		for range b.N {
 			m, err := rdb.XRangeN(ctx, "k", "-", "+", 1000).Result()
 			check(b, len(m), err)

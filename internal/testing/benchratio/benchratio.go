@@ -90,6 +90,11 @@ func ReportCPURatio(b *testing.B, name string, silt, raw []float64) {
 	b.Logf("%s=%.3f", name, ratios)
 }
 
+// ProcessCPU is the CPU time the process itself has used so far
+// (RUSAGE_SELF: children excluded), for a benchmark that times a step's
+// CPU as well as its wall clock.
+func ProcessCPU() time.Duration { return processCPU() }
+
 // processCPU is the CPU time the process itself has used (RUSAGE_SELF:
 // children excluded).
 func processCPU() time.Duration {
