@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -58,8 +57,9 @@ func rawReply(cmd *redis.RawCmd) (r *resp, ok bool, err error) {
 
 // resp reads one RESP2 or RESP3 reply.
 type resp struct {
-	s  string
-	at int
+	s   string
+	at  int
+	err error // a malformed header, once met
 }
 
 var errShortReply = errors.New("reply ends early")
@@ -68,24 +68,50 @@ var errShortReply = errors.New("reply ends early")
 // an array, set or push, the pairs of a map, the bytes of a bulk string;
 // -1 for a null. Other types' text is in text.
 func (r *resp) header() (kind byte, n int, text string, err error) {
+	if r.at >= len(r.s) {
+		return 0, 0, "", errShortReply
+	}
+	kind = r.s[r.at]
+	switch kind {
+	case '*', '%', '~', '>', '$', '=', '!':
+		return kind, r.count(), "", r.err
+	case '_':
+		r.at += 3 // "_\r\n"
+		if r.at > len(r.s) {
+			return 0, 0, "", errShortReply
+		}
+		return kind, -1, "", nil
+	}
 	end := strings.Index(r.s[r.at:], "\r\n")
 	if end < 1 {
 		return 0, 0, "", errShortReply
 	}
-	line := r.s[r.at : r.at+end]
+	text = r.s[r.at+1 : r.at+end]
 	r.at += end + 2
-	kind = line[0]
-	switch kind {
-	case '*', '%', '~', '>', '$', '=', '!':
-		if n, err = strconv.Atoi(line[1:]); err != nil || n < -1 {
-			return 0, 0, "", fmt.Errorf("reply header %q", line)
-		}
-	case '_':
-		n = -1
-	default:
-		text = line[1:]
+	return kind, 0, text, nil
+}
+
+// count reads the decimal count of a header line (its type byte first)
+// and the line's end: -1, or up to nine digits (a reply of a billion values
+// is not one to read). A malformed line sets r.err.
+func (r *resp) count() int {
+	i, n, neg := r.at+1, 0, false
+	if i < len(r.s) && r.s[i] == '-' {
+		neg, i = true, i+1
 	}
-	return kind, n, text, nil
+	digits := i
+	for ; i < len(r.s) && r.s[i] >= '0' && r.s[i] <= '9' && i-digits < 9; i++ {
+		n = n*10 + int(r.s[i]-'0')
+	}
+	if i == digits || i+1 >= len(r.s) || r.s[i] != '\r' || r.s[i+1] != '\n' || (neg && n != 1) {
+		r.err = fmt.Errorf("reply header %q", r.s[r.at:min(i+2, len(r.s))])
+		return 0
+	}
+	r.at = i + 2
+	if neg {
+		return -1
+	}
+	return n
 }
 
 // array reads an aggregate's header and returns how many values follow (a
