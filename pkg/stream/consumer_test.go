@@ -548,19 +548,21 @@ func TestConsumer_AdaptiveReadSize(t *testing.T) {
 		pad         int // payload bytes per entry
 	}{
 		// Each read is issued (read ahead) before the batch before it is
-		// handled, so a size shows up one batch after it was chosen, twice.
-		{"fast grows", 5000, 0, time.Hour, none, []int{100, 100, 200, 200, 400, 400, 800, 800, 1000, 1000}, 0},
+		// handled, so a size shows up one batch after it was chosen; a
+		// batch read ahead is full when it holds what its read asked for.
+		{"fast grows", 5000, 0, time.Hour, none, []int{100, 100, 200, 400, 800, 1000, 1000, 1000, 400}, 0},
 		{"fixed count", 1000, 100, time.Hour, none, []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 0},
 		// 100 × 2 ms is over MinIdle/100: no growth.
 		{"slow stays", 300, 0, 2 * time.Second, every(2 * time.Millisecond), []int{100, 100, 100}, 0},
-		// The 7th batch (from the 1,401st entry) takes over MinIdle/10: the
-		// read chosen after it halves to 400 where it would have been 1,000.
+		// The 5th batch (entries 801 to 1,600) takes over MinIdle/10: the
+		// read chosen after it halves to 500 where it would have stayed
+		// 1,000.
 		{"slow shrinks", 3400, 0, 20 * time.Second, func(n int) time.Duration {
 			if n == 1401 {
 				return 2100 * time.Millisecond
 			}
 			return 0
-		}, []int{100, 100, 200, 200, 400, 400, 800, 800, 400}, 0},
+		}, []int{100, 100, 200, 400, 800, 1000, 500, 300}, 0},
 		// 100 entries of 30 KB are over half the byte budget of a batch: no growth.
 		{"big entries stay", 300, 0, time.Hour, none, []int{100, 100, 100}, 30 << 10},
 	} {

@@ -45,8 +45,9 @@ type job struct {
 }
 
 // handle takes one batch through prepare, dedupe, handlers and settle.
-// readAt is when the batch was read (its entries' idle time starts there).
-func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src source, readAt time.Time) error {
+// readAt is when the batch was read (its entries' idle time starts there),
+// asked how many entries the read asked for.
+func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src source, readAt time.Time, asked int64) error {
 	start := time.Now()
 	wctx, cancel := r.writeCtx(ctx)
 	jobs, err := r.jobs(wctx, msgs, deleted, src)
@@ -59,7 +60,7 @@ func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src 
 		size += EntryBytes(j.d.Fields)
 	}
 	err = r.process(ctx, jobs, readAt)
-	r.adapt(len(msgs), size, time.Since(start))
+	r.adapt(len(msgs), asked, size, time.Since(start))
 	if r.c.Progress != nil {
 		r.c.Progress(r.sum, len(jobs))
 	}

@@ -141,19 +141,21 @@ func (r *run) waitLease(ctx context.Context) error {
 // leasePoll is how often a waiting run asks for the catch-up lease.
 const leasePoll = 100 * time.Millisecond
 
-// adapt sizes the next read after a batch of n entries and size payload
-// bytes took to handle. From its read until its acks a batch is
-// pending on this consumer, and peers reclaim what stays idle MinIdle; so an
-// adaptive read grows (doubling, up to autoCountMax) only while a full batch
-// takes under MinIdle/100 and holds under half of autoBytesMax, and shrinks
-// (halving, down to autoCountMin) once one takes over MinIdle/10 or holds
-// more than autoBytesMax. A fixed Count stays as it is.
-func (r *run) adapt(n, size int, took time.Duration) {
+// adapt sizes the next read after a batch of n entries (of asked) and
+// size payload bytes took to handle. From its read until its acks a batch
+// is pending on this consumer, and peers reclaim what stays idle MinIdle;
+// so an adaptive read grows (doubling, up to autoCountMax) only while a
+// full batch (n of asked: a batch read ahead asked for the size before
+// the last doubling) takes under MinIdle/100 and holds under half of
+// autoBytesMax, and shrinks (halving, down to autoCountMin) once one takes
+// over MinIdle/10 or holds more than autoBytesMax. A fixed Count stays as
+// it is.
+func (r *run) adapt(n int, asked int64, size int, took time.Duration) {
 	if r.c.Count > 0 {
 		return
 	}
 	switch {
-	case int64(n) >= r.batch && took < r.c.MinIdle/100 && size < autoBytesMax/2:
+	case int64(n) >= asked && took < r.c.MinIdle/100 && size < autoBytesMax/2:
 		r.batch = min(2*r.batch, autoCountMax)
 	case took > r.c.MinIdle/10 || size > autoBytesMax:
 		r.batch = max(r.batch/2, autoCountMin)
@@ -191,13 +193,13 @@ func (r *run) count() int64 {
 func (r *run) drain(ctx context.Context) error {
 	cursor := "0"
 	for !r.stopped(ctx) {
-		readAt := time.Now()
-		msgs, err := r.c.io.readPending(ctx, cursor, r.count())
+		readAt, count := time.Now(), r.count()
+		msgs, err := r.c.io.readPending(ctx, cursor, count)
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
 		cursor = msgs[len(msgs)-1].ID
-		if err := r.handle(ctx, msgs, nil, fromPEL, readAt); err != nil {
+		if err := r.handle(ctx, msgs, nil, fromPEL, readAt, count); err != nil {
 			return err
 		}
 	}
@@ -228,8 +230,8 @@ func (r *run) beat(ctx context.Context) (int, error) {
 	history := r.history != nil
 	total, recorded := 0, 0
 	for !r.stopped(ctx) {
-		readAt := time.Now()
-		c, err := r.c.io.autoclaim(ctx, r.c.MinIdle, r.cursor, r.count(), history)
+		readAt, count := time.Now(), r.count()
+		c, err := r.c.io.autoclaim(ctx, r.c.MinIdle, r.cursor, count, history)
 		if err != nil {
 			return total, err
 		}
@@ -237,7 +239,7 @@ func (r *run) beat(ctx context.Context) (int, error) {
 		recorded += c.recorded
 		total += c.recorded + len(c.msgs) + len(c.deleted)
 		msgs, next, deleted := c.msgs, c.next, c.deleted
-		if err := r.handle(ctx, msgs, deleted, fromClaim, readAt); err != nil {
+		if err := r.handle(ctx, msgs, deleted, fromClaim, readAt, count); err != nil {
 			return total, err
 		}
 		if next == "0-0" {
@@ -266,8 +268,8 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 		if block < time.Millisecond {
 			block = -1 // no BLOCK: answer at once
 		}
-		readAt := time.Now()
-		msgs, err := r.readGroup(ctx, block)
+		readAt, count := time.Now(), r.count()
+		msgs, err := r.readGroup(ctx, block, count)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, nil
@@ -275,7 +277,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 			return 0, err
 		}
 		if len(msgs) > 0 {
-			n, err := r.handleNew(ctx, msgs, readAt)
+			n, err := r.handleNew(ctx, msgs, readAt, count)
 			if err != nil {
 				return n, err
 			}
@@ -297,7 +299,7 @@ func (r *run) readNew(ctx context.Context, waitUntil time.Time) (int, error) {
 // comes back empty, a beat is due or the run stops. Entries read ahead but
 // not handled (the run stopped, or failed) stay pending for this consumer,
 // counted as abandoned; its next run drains them first.
-func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time) (int, error) {
+func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time, asked int64) (int, error) {
 	// A history's reads go through a script, and dedupe markers are written
 	// before the ack: neither carries acks with the next read.
 	r.ack.carrying = r.c.DedupeTTL == 0 && r.history == nil
@@ -314,7 +316,7 @@ func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time) (
 			}
 			next = r.prefetch(ctx, len(msgs))
 		}
-		err := r.handle(ctx, msgs, nil, src, readAt)
+		err := r.handle(ctx, msgs, nil, src, readAt, asked)
 		r.first = nil
 		total += len(msgs)
 		msgs, src = nil, fromNew
@@ -323,7 +325,7 @@ func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time) (
 			if err == nil {
 				err = p.err
 			}
-			msgs, readAt = p.msgs, p.at
+			msgs, readAt, asked = p.msgs, p.at, p.count
 			// Read before the batch above was handled: if that took long
 			// enough for the entries to turn reclaimable (by our MinIdle, or
 			// a peer's shorter one), a peer may own them now; only those
@@ -351,15 +353,15 @@ const redisTick = 100 * time.Millisecond
 // readGroup reads new entries. With a History configured, a non-blocking
 // read goes through the script that records gaps first; a blocking read
 // only returns entries appended while it waits, after which no gap can hide.
-func (r *run) readGroup(ctx context.Context, block time.Duration) ([]message, error) {
+func (r *run) readGroup(ctx context.Context, block time.Duration, count int64) ([]message, error) {
 	if r.history != nil {
-		msgs, err := r.c.io.readNewRecordingGaps(ctx, r.count())
+		msgs, err := r.c.io.readNewRecordingGaps(ctx, count)
 		if err != nil || len(msgs) > 0 || block < 0 {
 			return msgs, err
 		}
 	}
 	carried := r.ack.take()
-	msgs, ackErr, err := r.c.io.readNew(ctx, block, r.count(), carried)
+	msgs, ackErr, err := r.c.io.readNew(ctx, block, count, carried)
 	if err := r.ack.sent(carried, ackErr); err != nil {
 		return nil, err
 	}
@@ -368,9 +370,10 @@ func (r *run) readGroup(ctx context.Context, block time.Duration) ([]message, er
 
 // prefetched is the outcome of a read issued while a batch was handled.
 type prefetched struct {
-	msgs []message
-	at   time.Time // when the read was issued
-	err  error
+	msgs  []message
+	at    time.Time // when the read was issued
+	count int64     // the entries it asked for
+	err   error
 }
 
 // prefetch reads the batch after one of inFlight entries, without blocking,
@@ -398,7 +401,7 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 		if ackErr != nil {
 			err = ackErr
 		}
-		out <- prefetched{msgs, at, err}
+		out <- prefetched{msgs, at, count, err}
 	}()
 	return out
 }
