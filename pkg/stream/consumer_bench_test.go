@@ -56,7 +56,8 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 // stronger raw ceiling than P1's: reads of COUNT 1,000, the next batch read
 // while this one is handled, each handled batch's XACK carried in one
 // pipeline with that read (one round trip per batch; the last batch's acks
-// go alone at the end). Goal >= 0.9.
+// go alone at the end). Goal >= 0.9. cpu-ratio is this process's CPU per
+// entry, silt's ÷ the raw loop's (redis-server's is not in it).
 //
 //	go test -run '^$' -bench ConsumerStrong_Ratio -benchtime 9x ./pkg/stream
 func BenchmarkConsumerStrong_Ratio(b *testing.B) {
@@ -123,7 +124,9 @@ func BenchmarkConsumerStrong_Ratio(b *testing.B) {
 		}
 		return n
 	}
-	benchratio.Compare(b, silt, raw)
+	var siltCPU, rawCPU []float64
+	benchratio.Compare(b, benchratio.WithCPU(silt, &siltCPU), benchratio.WithCPU(raw, &rawCPU))
+	benchratio.ReportCPURatio(b, "cpu-ratio", siltCPU, rawCPU)
 }
 
 // BenchmarkConsumer_Concurrency is the worker's scaling curve: 2,000 entries

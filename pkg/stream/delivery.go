@@ -53,8 +53,8 @@ func Permanent(err error) error {
 
 // IsPermanent reports whether err was marked with Permanent.
 func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
+	_, ok := errors.AsType[*permanentError](err)
+	return ok
 }
 
 // ErrPayloadNotFound is returned by a PayloadSource that does not hold an entry.

@@ -173,8 +173,7 @@ func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src so
 // field is taken out of them in place.
 func (r *run) decode(sid brand.StreamID, f Fields) (brand.ID, Fields, string, error) {
 	e, err := r.c.log.decodeFields(sid, f)
-	var me *MalformedError
-	if errors.As(err, &me) {
+	if me, ok := errors.AsType[*MalformedError](err); ok {
 		return e.ID, e.Fields, me.RawID, err
 	}
 	return e.ID, e.Fields, "", err
@@ -192,11 +191,11 @@ func (j *job) entryID() string {
 // malformed entries and entries past MaxAttempts are dead-lettered.
 func (r *run) prepare(ctx context.Context, jobs []*job) {
 	for _, j := range jobs {
-		var me *MalformedError
+		me, malformed := errors.AsType[*MalformedError](j.err)
 		switch {
 		case j.fate == fatePending:
 			r.recover(ctx, j)
-		case errors.As(j.err, &me):
+		case malformed:
 			j.fate, j.reason = fateDead, "malformed entry: "+me.Reason
 			r.sum.Malformed++
 		case r.c.MaxEntryBytes > 0 && EntryBytes(j.d.Fields) > r.c.MaxEntryBytes:
@@ -374,8 +373,7 @@ func call(ctx context.Context, h Handler, d Delivery) (err error) {
 
 // judge decides the fate of a finished handler call.
 func (r *run) judge(j *job) {
-	var pe *PanicError
-	if errors.As(j.err, &pe) {
+	if pe, ok := errors.AsType[*PanicError](j.err); ok {
 		r.sum.Panics++
 		r.c.Logger.Warn("handler panicked", "id", j.d.ID.String(), "panic", fmt.Sprint(pe.Value))
 	}
