@@ -149,7 +149,9 @@ func (a *Archive) compact(ctx context.Context, res *Result) error {
 	if a.NoCompact {
 		return nil
 	}
-	c, err := a.vol.Compact(ctx, a.Compaction)
+	opt := a.Compaction
+	opt.Current = true // refreshed when the run began, moved on by its commits
+	c, err := a.vol.Compact(ctx, opt)
 	if err != nil {
 		return fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}

@@ -37,6 +37,11 @@ type CompactOptions struct {
 	// MaxBytes bounds the bytes merged by one call (default 4 × Target): an
 	// archive run compacts a little each time.
 	MaxBytes int64
+	// Current says the volume's view is current (the caller refreshed it
+	// and committed since): Compact does not refresh it first, which saves
+	// a round trip to the remote. A commit it did not see makes a
+	// compaction lose its race for the LSN: it is dropped, as always.
+	Current bool
 }
 
 func (o *CompactOptions) defaults() {
@@ -74,8 +79,10 @@ func (v *Volume) Compact(ctx context.Context, opt CompactOptions) (CompactResult
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var res CompactResult
-	if err := v.refresh(ctx); err != nil {
-		return res, err
+	if !opt.Current {
+		if err := v.refresh(ctx); err != nil {
+			return res, err
+		}
 	}
 	// A pass goes from the first entry to the last, never merging what it
 	// merged (the next run starts above it); the next pass may merge those

@@ -157,6 +157,46 @@ func TestCompact_RacingAWriter(t *testing.T) {
 	}
 }
 
+// With Current, Compact trusts the volume's view (an archive run's, which
+// refreshed it and committed since): with nothing due it sends no request;
+// when another writer committed past the view, the compaction loses its
+// race for the LSN and is dropped, the other writer's commit standing and
+// every page read once.
+func TestCompact_CurrentView(t *testing.T) {
+	ctx := context.Background()
+	st := deep(t, 50, 0)
+	v, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := func() int64 { return st.Creates.Load() + st.Gets.Load() + st.Lists.Load() }
+	before := requests()
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 1000, Current: true}); err != nil || res.Segments != 0 {
+		t.Fatalf("compaction with nothing due: %+v, %v", res, err)
+	}
+	if n := requests() - before; n != 0 {
+		t.Fatalf("a current view with nothing due sent %d requests", n)
+	}
+	w, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Commit(ctx, []graft.Page{{No: 51, Data: []byte("page 51")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := v.Compact(ctx, graft.CompactOptions{MinEntries: 8, Current: true}); err != nil || res.Segments != 0 {
+		t.Fatalf("compaction from a view another writer moved past: %+v, %v; want its race lost", res, err)
+	}
+	fresh, err := graft.Open(ctx, t.TempDir(), "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPages(t, pagesOf(t, fresh), 51)
+	if _, err := fresh.VerifyRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A compacting process killed at each step leaves a volume that opens,
 // verifies and reads every page once; the next compaction goes on.
 func TestCompact_CrashAtEachStep(t *testing.T) {
