@@ -395,22 +395,24 @@ func (a *Archive) create(ctx context.Context, st state, f folded, res *Result) (
 	return c, f.next, nil
 }
 
-// proof is a created slice being proven on a goroutine of its own.
+// proof is a created slice being proven on a goroutine of its own. It
+// keeps what settle counts, not the slice's pages: the create is done with
+// them.
 type proof struct {
-	c    *graft.Commit
-	from state // the state before the slice
-	f    folded
-	done chan error
+	c           *graft.Commit
+	from, next  state // the states before and after the slice
+	pages, size int64 // records and record bytes
+	done        chan error
 }
 
 // startProof reads commit c, slice f's, back from the remote and records it in
 // Redis on a goroutine; settle waits for it.
 func (a *Archive) startProof(ctx context.Context, c *graft.Commit, from state, f folded) *proof {
-	pr := &proof{c: c, from: from, f: f, done: make(chan error, 1)}
+	pr := &proof{c: c, from: from, next: f.next, pages: int64(len(f.pages)), size: f.bytes, done: make(chan error, 1)}
 	go func() {
 		err := a.readBack(ctx, c)
 		if err == nil {
-			err = a.record(ctx, c, f.next.W)
+			err = a.record(ctx, c, pr.next.W)
 		}
 		pr.done <- err
 	}()
@@ -427,11 +429,11 @@ func (a *Archive) settle(ctx context.Context, pr *proof, res *Result, progress P
 	if err := <-pr.done; err != nil {
 		return 0, err
 	}
-	res.Archived += int64(len(pr.f.pages))
+	res.Archived += pr.pages
 	res.Commits++
-	res.Bytes += pr.f.bytes
-	res.Malformed += pr.f.next.Malformed - pr.from.Malformed
-	res.W, res.LSN = pr.f.next.W.String(), pr.c.LSN
+	res.Bytes += pr.size
+	res.Malformed += pr.next.Malformed - pr.from.Malformed
+	res.W, res.LSN = pr.next.W.String(), pr.c.LSN
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
