@@ -40,6 +40,13 @@ var ErrNotThisArchive = errors.New("the remote's archive is not proven to be thi
 // wrong prefix. Nothing was committed or trimmed.
 var ErrRemoteBehind = errors.New("the remote is behind Redis's record of the archive")
 
+// ErrNeverRecorded is wrapped (with ErrNotThisArchive) by the refusal of a
+// remote that holds an archive of the stream's volume which Redis never
+// recorded: another Redis's stream of the same name, or this Redis
+// restored or flushed. Such an archive can be read alone (ArchiveOnly) or,
+// if it is this stream's history, adopted by a run (Adopt).
+var ErrNeverRecorded = errors.New("an archive this Redis never recorded")
+
 // DefaultConsistencyWait is how long a remote behind Redis's record is
 // refreshed before the refusal: an eventually consistent store catches up.
 const DefaultConsistencyWait = 5 * time.Second
@@ -120,7 +127,7 @@ func (a *Archive) behind(rec stream.ArchiveRecord) error {
 	return fmt.Errorf("%s: Redis recorded commit %d (W %s) of its archive on %s; this remote's newest commit of volume %s is %d "+
 		"(still after %s): %w: a bucket restored from an older copy, a region that has not seen the newest writes, commits deleted, "+
 		"or the wrong prefix; nothing committed or trimmed. Repair: copy commits %d-%d back from a warm data directory or a replica "+
-		"(docs/operations.md, \"The remote is behind Redis's record\"), or point --remote at the remote that holds commit %d",
+		"(docs/operations.md, \"The remote is behind Redis's record\"), or read the remote that holds commit %d",
 		a.log.Key(), rec.LSN, rec.W, rec.Remote, a.vol.Name(), a.vol.Head(), a.ConsistencyWait, ErrRemoteBehind,
 		a.vol.Head()+1, rec.LSN, rec.LSN)
 }
@@ -179,8 +186,8 @@ func (a *Archive) checkIdentity(ctx context.Context) error {
 		a.identity = rec.Identity
 		return a.proveHead(ctx, rec)
 	case latest != nil && !a.Adopt:
-		return a.refuse(fmt.Errorf("archive %s: the remote's volume %s holds an archive (LSN %d, W %s) that this Redis never recorded: another Redis's stream of the same name (a shared prefix), or this Redis was restored or flushed; %w; nothing trimmed (adopt it only if it is this stream's history)",
-			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], ErrNotThisArchive))
+		return a.refuse(fmt.Errorf("archive %s: the remote's volume %s holds %w (LSN %d, W %s): another Redis's stream of the same name (a shared prefix), or this Redis was restored or flushed; %w; nothing trimmed (adopt it only if it is this stream's history)",
+			a.log.Key(), a.vol.Name(), ErrNeverRecorded, latest.LSN, latest.Meta[metaW], ErrNotThisArchive))
 	case latest != nil:
 		return a.refuse(a.adopt(ctx, latest))
 	}
@@ -439,10 +446,10 @@ func (a *Archive) CheckRemote(ctx context.Context) error {
 		}
 	}
 	if !recorded && latest != nil {
-		return a.refuse(fmt.Errorf("%s: this remote's volume %s holds an archive (%d commits, W %s, identity %q) that this Redis never recorded: "+
-			"another Redis's stream of the same name (a shared prefix), or this Redis was restarted empty or restored: %w "+
-			"(read it alone with --archive-only; adopt it with archiver run --adopt-remote only if it is this stream's history)",
-			a.log.Key(), a.vol.Name(), latest.LSN, latest.Meta[metaW], latest.Meta[metaIdentity], ErrNotThisArchive))
+		return a.refuse(fmt.Errorf("%s: this remote's volume %s holds %w (%d commits, W %s, identity %q): "+
+			"another Redis's stream of the same name (a shared prefix), or this Redis was restored empty or from a backup: %w "+
+			"(it can be read alone, without Redis's record; adopt it as this stream's history only if it is)",
+			a.log.Key(), a.vol.Name(), ErrNeverRecorded, latest.LSN, latest.Meta[metaW], latest.Meta[metaIdentity], ErrNotThisArchive))
 	}
 	a.identity = rec.Identity
 	return nil

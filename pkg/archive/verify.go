@@ -44,7 +44,7 @@ func (a *Archive) VerifyWatermarks(ctx context.Context) (WatermarkReport, error)
 		case err != nil:
 			return rep, fmt.Errorf("volume %s: commit %d: %w: watermark %q: %v", a.vol.Name(), c.LSN, graft.ErrCorrupt, c.Meta[metaW], err)
 		case cw != sid:
-			return rep, fmt.Errorf("volume %s: commit %d says W %s, its segment ends at %s: %w (a rewritten commit: compare with Redis's record, archiver status)",
+			return rep, fmt.Errorf("volume %s: commit %d says W %s, its segment ends at %s: %w (a rewritten commit: compare it with Redis's record of the archive)",
 				a.vol.Name(), c.LSN, cw, sid, graft.ErrCorrupt)
 		case cw.Compare(prev) <= 0:
 			return rep, fmt.Errorf("volume %s: commit %d says W %s, not above the W %s before it: %w", a.vol.Name(), c.LSN, cw, prev, graft.ErrCorrupt)

@@ -88,9 +88,10 @@ func refuseArgs(cmd *cli.Command) {
 	}
 }
 
-// withRepair adds to err the command that repairs what it names, for the
-// faults of an archive any command may meet when it opens one (package
-// graft names the fault and the objects; the commands are ours).
+// withRepair adds to err the command or flag that repairs what it names,
+// for the faults of an archive any command may meet when it opens one
+// (packages graft and archive name the fault and the objects; the commands
+// and flags are ours).
 func withRepair(err error) error {
 	switch {
 	case errors.Is(err, graft.ErrDropped):
@@ -101,6 +102,10 @@ func withRepair(err error) error {
 			"shows what is left; docs/operations.md, \"The remote is behind Redis's record\")", err)
 	case errors.Is(err, graft.ErrUnreachable):
 		return fmt.Errorf("%w (archiver gc --drop-old-commits removes the commits below a checkpoint)", err)
+	case errors.Is(err, archive.ErrNeverRecorded):
+		return fmt.Errorf("%w (read it alone with --archive-only; adopt it with archiver run --adopt-remote only if it is this stream's history)", err)
+	case errors.Is(err, archive.ErrRemoteBehind):
+		return fmt.Errorf("%w (--remote names the remote)", err)
 	}
 	return err
 }
