@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -17,13 +18,14 @@ import (
 // (resp.go) gives what the same read decoded by go-redis (readReply over
 // Do, the path after an error reply) and go-redis's own XREADGROUP give,
 // on RESP2 and RESP3: new entries with their fields (empty values, a
-// name added twice, binary bytes and CRLF inside values), a pending entry
+// name added twice, binary bytes and CRLF inside values, a value of 1 MiB), a pending entry
 // deleted from the stream with none, and an empty read (blocking or not)
 // as no entries. An XRANGE read from its bytes gives what flatEntries
 // gives for Do's reply.
 func TestReadReply_BothProtocols(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := context.Background()
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB: many times a read buffer
 	for _, proto := range []int{2, 3} {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: proto})
 		defer rdb.Close()
@@ -32,7 +34,7 @@ func TestReadReply_BothProtocols(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ids []string
-		for i, f := range [][]any{{"id", "EVT_a", "n", "1"}, {"x", "", "y", "2"}, {"z", "3", "z", "4"}, {"bin", "\x00\r\n$3\r\n*1\xff"}} {
+		for i, f := range [][]any{{"id", "EVT_a", "n", "1"}, {"x", "", "y", "2"}, {"z", "3", "z", "4"}, {"bin", "\x00\r\n$3\r\n*1\xff"}, {"big", big}} {
 			id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: f}).Result()
 			if err != nil {
 				t.Fatalf("xadd %d: %v", i, err)
@@ -57,13 +59,13 @@ func TestReadReply_BothProtocols(t *testing.T) {
 			return raw, decoded
 		}
 		got, _ := read(">", -1)
-		want := []Fields{{"id": "EVT_a", "n": "1"}, {"x": "", "y": "2"}, {"z": "4"}, {"bin": "\x00\r\n$3\r\n*1\xff"}}
+		want := []Fields{{"id": "EVT_a", "n": "1"}, {"x": "", "y": "2"}, {"z": "4"}, {"bin": "\x00\r\n$3\r\n*1\xff"}, {"big": big}}
 		if len(got) != len(want) {
 			t.Fatalf("RESP%d: read %d entries, want %d", proto, len(got), len(want))
 		}
 		for i, m := range got {
 			if m.ID != ids[i] || !maps.Equal(m.Fields, want[i]) {
-				t.Errorf("RESP%d: entry %d reads %s %q, want %s %q", proto, i, m.ID, m.Fields, ids[i], want[i])
+				t.Errorf("RESP%d: entry %d reads %s %.200q, want %s %.200q", proto, i, m.ID, fmt.Sprint(m.Fields), ids[i], fmt.Sprint(want[i]))
 			}
 		}
 		if none, decoded := read(">", 5*time.Millisecond); len(none) != 0 || len(decoded) != 0 {
@@ -74,14 +76,14 @@ func TestReadReply_BothProtocols(t *testing.T) {
 		}
 		rdb.XDel(ctx, key, ids[1])
 		pending, decoded := read("0", -1)
-		if len(pending) != 4 || pending[1].ID != ids[1] || pending[1].Fields != nil || pending[2].Fields["z"] != "4" {
-			t.Fatalf("RESP%d: pending read with one deleted: %+v", proto, pending)
+		if len(pending) != len(want) || pending[1].ID != ids[1] || pending[1].Fields != nil || pending[2].Fields["z"] != "4" || pending[4].Fields["big"] != big {
+			t.Fatalf("RESP%d: pending read with one deleted: %.300q", proto, fmt.Sprint(pending))
 		}
 		theirs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{key, "0"}, Count: 10, Block: -1}).Result()
 		for i, m := range fromXMessages(theirs[0].Messages) {
 			for path, other := range map[string]message{"its bytes": pending[i], "Do": decoded[i]} {
 				if m.ID != other.ID || !maps.Equal(m.Fields, other.Fields) || (m.Fields == nil) != (other.Fields == nil) {
-					t.Errorf("RESP%d: go-redis reads entry %d as %+v, a read from %s as %+v", proto, i, m, path, other)
+					t.Errorf("RESP%d: go-redis reads entry %d as %.200q, a read from %s as %.200q", proto, i, fmt.Sprint(m), path, fmt.Sprint(other))
 				}
 			}
 		}
@@ -99,8 +101,8 @@ func TestReadReply_BothProtocols(t *testing.T) {
 			t.Fatal(err)
 		}
 		fromDo, err := l.flatEntries(reply)
-		if err != nil || !reflect.DeepEqual(flat, fromDo) || len(flat) != 3 || len(flat[1].Pairs) != 4 {
-			t.Fatalf("RESP%d: XRANGE from its bytes %+v, through Do %+v, %v", proto, flat, fromDo, err)
+		if err != nil || !reflect.DeepEqual(flat, fromDo) || len(flat) != 4 || len(flat[1].Pairs) != 4 || flat[3].Pairs[1] != big {
+			t.Fatalf("RESP%d: XRANGE from its bytes %.300q, through Do %.300q, %v", proto, fmt.Sprint(flat), fmt.Sprint(fromDo), err)
 		}
 	}
 }
