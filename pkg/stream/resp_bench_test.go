@@ -34,8 +34,7 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	}
 	b.Run("bytes", func(b *testing.B) {
-		c0 := benchratio.ProcessCPU()
-		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
+		defer cpuPerOp(b)()
 		for range b.N {
 			r, _, err := rawReply(rawCmd(ctx, rdb, args...))
 			if err == nil {
@@ -46,8 +45,7 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	})
 	b.Run("tree", func(b *testing.B) {
-		c0 := benchratio.ProcessCPU()
-		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
+		defer cpuPerOp(b)()
 		for range b.N {
 			reply, err := rdb.Do(ctx, args...).Slice()
 			if err == nil {
@@ -58,11 +56,17 @@ func BenchmarkStreamReply(b *testing.B) {
 		}
 	})
 	b.Run("go-redis", func(b *testing.B) {
-		c0 := benchratio.ProcessCPU()
-		defer func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }()
+		defer cpuPerOp(b)()
 		for range b.N {
 			m, err := rdb.XRangeN(ctx, "k", "-", "+", 1000).Result()
 			check(b, len(m), err)
 		}
 	})
+}
+
+// cpuPerOp starts counting this process's CPU; the function it returns
+// reports it per op as cpu-us/op.
+func cpuPerOp(b *testing.B) func() {
+	c0 := benchratio.ProcessCPU()
+	return func() { b.ReportMetric(float64((benchratio.ProcessCPU()-c0).Microseconds())/float64(b.N), "cpu-us/op") }
 }

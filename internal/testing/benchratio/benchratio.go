@@ -63,9 +63,9 @@ func Untimed(setup func()) {
 // as a co-process handler is not the process's own) to into.
 func WithCPU(round Round, into *[]float64) Round {
 	return func(tb testing.TB) int {
-		start := processCPU()
+		start := ProcessCPU()
 		n := round(tb)
-		*into = append(*into, float64(processCPU()-start)/float64(max(n, 1)))
+		*into = append(*into, float64(ProcessCPU()-start)/float64(max(n, 1)))
 		return n
 	}
 }
@@ -93,11 +93,7 @@ func ReportCPURatio(b *testing.B, name string, silt, raw []float64) {
 // ProcessCPU is the CPU time the process itself has used so far
 // (RUSAGE_SELF: children excluded), for a benchmark that times a step's
 // CPU as well as its wall clock.
-func ProcessCPU() time.Duration { return processCPU() }
-
-// processCPU is the CPU time the process itself has used (RUSAGE_SELF:
-// children excluded).
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
