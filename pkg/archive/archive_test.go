@@ -286,6 +286,63 @@ func TestRun_ConcurrentArchiversKeepOneHistory(t *testing.T) {
 	t.Logf("%d lost races", lost.Load())
 }
 
+// TestStatus_WhileArchiving: Status read while an archiver commits and
+// trims in a loop and a producer appends always accounts for every entry:
+// nothing reads as lost outside silt, the stream never reads as recreated.
+func TestStatus_WhileArchiving(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel, before the server stops
+	defer cancel()
+	e.appendN(t, 2000)
+	wg.Add(2)
+	go func() { // producer
+		defer wg.Done()
+		for ctx.Err() == nil {
+			e.log.AppendBatch(ctx, []stream.Fields{{"k": "v"}, {"k": "w"}})
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	archiver := e.open(t)
+	archiver.SliceEntries = 37
+	var runs atomic.Int64
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if _, err := archiver.Run(ctx, archive.Policy{KeepLast: 100}, nil); err == nil {
+				runs.Add(1)
+			}
+		}
+	}()
+	reader := e.open(t)
+	dir := t.TempDir()
+	reads := 300
+	if testing.Short() {
+		reads = 60
+	}
+	moved := 0 // reads that saw the archive move on
+	last := int64(-1)
+	for r := range reads {
+		st, err := reader.Status(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Complete || st.LostOutside != 0 || st.Recreated {
+			t.Fatalf("status read %d while archiving: %d lost outside, recreated %v, complete %v (%+v)", r, st.LostOutside, st.Recreated, st.Complete, st)
+		}
+		if st.Archived != last {
+			moved++
+		}
+		last = st.Archived
+	}
+	cancel()
+	if moved < 3 {
+		t.Fatalf("the archive moved %d times across %d status reads (%d runs): nothing raced", moved, reads, runs.Load())
+	}
+	t.Logf("%d status reads, the archive moved in %d, %d runs", reads, moved, runs.Load())
+}
+
 // TestRead_WhileArchiving: random-range merged reads while an archiver
 // commits and trims in a loop and a producer appends: no gap, no duplicate,
 // order kept.

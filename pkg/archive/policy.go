@@ -247,20 +247,13 @@ func recordedW(ctx context.Context, l *stream.Log) (brand.StreamID, error) {
 }
 
 // liveAbove returns l's entries-added and how many of its live entries lie
-// above w (all of them when w is zero).
+// above w (all of them when w is zero), counted at one instant.
 func liveAbove(ctx context.Context, l *stream.Log, w brand.StreamID) (added, above int64, err error) {
-	info, err := l.Info(ctx)
+	c, err := l.CountLive(ctx, w)
 	if err != nil {
 		return 0, 0, err
 	}
-	if w.IsZero() {
-		return info.EntriesAdded, info.Length, nil
-	}
-	below, err := l.ReadRaw(ctx, stream.First, w, info.Length+1)
-	if err != nil {
-		return 0, 0, err
-	}
-	return info.EntriesAdded, info.Length - int64(len(below)), nil
+	return c.EntriesAdded, c.Length - c.Below, nil
 }
 
 // unarchivedBy counts the entries TrimOnly(p) would remove above w (every
@@ -272,19 +265,11 @@ func unarchivedBy(ctx context.Context, l *stream.Log, p Policy, w brand.StreamID
 	}
 	var n int64
 	if p.KeepLast > 0 {
-		info, err := l.Info(ctx)
+		c, err := l.CountLive(ctx, w) // live at or below w: removed first, archived
 		if err != nil {
 			return 0, err
 		}
-		var below int64 // live entries at or below w: removed first, archived
-		if !w.IsZero() {
-			left, err := l.ReadRaw(ctx, stream.First, w, info.Length+1)
-			if err != nil {
-				return 0, err
-			}
-			below = int64(len(left))
-		}
-		n = max(info.Length-p.KeepLast-below, 0)
+		n = max(c.Length-p.KeepLast-c.Below, 0)
 	}
 	if p.KeepFor > 0 {
 		to, ok := brand.WindowStart(time.Now().Add(-p.KeepFor)).Prev()

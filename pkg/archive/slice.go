@@ -95,8 +95,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	// KeepLast, a slice carries the count of live entries at or below its
 	// watermark (folded.live) to the fold after it, which would otherwise
 	// read them all again: each fold adds its entries, each trim takes off
-	// what it removed. The count can only be high (an entry deleted by
-	// someone else), which archives less, never more, than KeepLast allows.
+	// what it removed. The count can only be high (an entry deleted or
+	// trimmed by someone else), which archives less, never more, than
+	// KeepLast allows; near the boundary it is taken again (archivable).
 	var proving *proof // the slice created last, being proven
 	defer func() {     // no proof outlives its run
 		if proving != nil {
@@ -356,24 +357,30 @@ func (f *folded) add(a *Archive, e stream.FlatEntry, size int64) error {
 }
 
 // archivable counts how many entries after W may go while keeping the
-// newest keep live: XLEN minus keep minus what is still live at or below W
-// (below, counted with XRANGE unless given).
+// newest keep live: the stream's length minus keep minus what is still
+// live at or below W. below is that last count carried from the fold
+// before (-1: none). A carried count can only be high (an entry another
+// archiver trimmed or someone deleted), so the figure it gives can only be
+// low; when it would cut the slice short of SliceEntries, the boundary is
+// near, and both counts are taken again at one instant (stream.CountLive):
+// the length read apart from the count below would let a trim between
+// them archive more than keep allows, and a high carried count would end
+// the run short of the boundary.
 func (a *Archive) archivable(ctx context.Context, st state, keep, below int64) (n, live int64, err error) {
-	info, err := a.log.Info(ctx)
+	if below >= 0 {
+		info, err := a.log.Info(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n := info.Length - below - keep; n >= a.SliceEntries {
+			return n, below, nil
+		}
+	}
+	c, err := a.log.CountLive(ctx, st.W)
 	if err != nil {
 		return 0, 0, err
 	}
-	if below < 0 {
-		below = 0
-		if !st.W.IsZero() {
-			left, err := a.log.ReadRaw(ctx, stream.First, st.W, info.Length+1)
-			if err != nil {
-				return 0, 0, err
-			}
-			below = int64(len(left))
-		}
-	}
-	return info.Length - below - keep, below, nil
+	return c.Length - c.Below - keep, c.Below, nil
 }
 
 // create commits a folded slice behind the fence and returns the commit

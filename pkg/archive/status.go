@@ -50,19 +50,12 @@ type Status struct {
 // LostOutside.
 func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	s := Status{Stream: a.log.Key(), Volume: a.vol.Name()}
-	if err := a.vol.Refresh(ctx); err != nil {
-		return s, err
-	}
-	st, err := stateOf(a.vol.Latest())
+	st, c, err := a.countAtHead(ctx)
 	if err != nil {
 		return s, err
 	}
 	s.W, s.LSN, s.Archived, s.ArchivedBytes, s.Malformed = st.W.String(), a.vol.Head(), st.Archived, st.Bytes, st.Malformed
-	info, err := a.log.Info(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.Live, s.EntriesAdded = info.Length, info.EntriesAdded
+	s.Live, s.EntriesAdded, s.LiveUnarchived = c.Length, c.EntriesAdded, c.Length-c.Below
 	from, _ := st.W.Next()
 	if st.W.IsZero() {
 		from = stream.First
@@ -70,14 +63,6 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	first, err := a.log.ReadRaw(ctx, from, stream.Last, 1)
 	if err != nil {
 		return s, err
-	}
-	s.LiveUnarchived = info.Length
-	if !st.W.IsZero() {
-		below, err := a.log.ReadRaw(ctx, stream.First, st.W, info.Length+1)
-		if err != nil {
-			return s, err
-		}
-		s.LiveUnarchived -= int64(len(below))
 	}
 	if len(first) == 1 {
 		s.OldestUnarchived = first[0].StreamID.String()
@@ -115,4 +100,34 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 		return nil
 	})
 	return s, nil
+}
+
+// countAtHead reads the remote's newest commit and counts the live stream
+// against its watermark, as one view: a running archiver can commit,
+// prove and trim above the watermark between the remote's read and
+// Redis's counts, and entries trimmed above the watermark read would count
+// as lost. So the remote is read again after the counts and, when it moved
+// on, all is read again (a few times; a view an archiver keeps moving is
+// returned as the last read, off by the slices it trimmed meanwhile).
+func (a *Archive) countAtHead(ctx context.Context) (state, stream.LiveCount, error) {
+	if err := a.vol.Refresh(ctx); err != nil {
+		return state{}, stream.LiveCount{}, err
+	}
+	for try := 0; ; try++ {
+		head := a.vol.Head()
+		st, err := stateOf(a.vol.Latest())
+		if err != nil {
+			return st, stream.LiveCount{}, err
+		}
+		c, err := a.log.CountLive(ctx, st.W) // at one instant: a trim between two counts would read as a loss
+		if err != nil {
+			return st, c, err
+		}
+		if err := a.vol.Refresh(ctx); err != nil {
+			return st, c, err
+		}
+		if a.vol.Head() == head || try == 4 {
+			return st, c, nil
+		}
+	}
 }

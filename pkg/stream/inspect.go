@@ -73,6 +73,52 @@ func (l *Log) Info(ctx context.Context) (Info, error) {
 		LastID: info.LastEntry.ID, LastGeneratedID: info.LastGeneratedID}, nil
 }
 
+// LiveCount is a stream's size at one instant: its length and entries-added,
+// and how many of its live entries lie at or below a stream id.
+type LiveCount struct {
+	Length, EntriesAdded, Below int64
+}
+
+// countLiveScript counts in one script, so no trim, delete or append falls
+// between the length and the count below ARGV[1] (none when it is empty).
+// The entries below are read a page at a time on the server: a count, not
+// a transfer.
+var countLiveScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local length, added = 0, 0
+for i = 1, #info, 2 do
+  if info[i] == 'length' then length = info[i + 1] end
+  if info[i] == 'entries-added' then added = info[i + 1] end
+end
+local below, from = 0, '-'
+while ARGV[1] ~= '' do
+  local page = redis.call('XRANGE', KEYS[1], from, ARGV[1], 'COUNT', 1000)
+  below = below + #page
+  if #page < 1000 then break end
+  from = '(' .. page[#page][1]
+end
+return {length, added, below}
+`)
+
+// CountLive returns the stream's length and entries-added and how many of
+// its live entries lie at or below w (none when w is zero), all read at
+// one instant. A missing stream counts zeros.
+func (l *Log) CountLive(ctx context.Context, w brand.StreamID) (LiveCount, error) {
+	through := ""
+	if !w.IsZero() {
+		through = w.String()
+	}
+	n, err := countLiveScript.Run(ctx, l.rdb, []string{l.key}, through).Int64Slice()
+	if err != nil {
+		return LiveCount{}, fmt.Errorf("count the live entries of %s: %w", l.key, err)
+	}
+	if len(n) != 3 {
+		return LiveCount{}, fmt.Errorf("count the live entries of %s: %d numbers in the reply, want 3", l.key, len(n))
+	}
+	return LiveCount{Length: n[0], EntriesAdded: n[1], Below: n[2]}, nil
+}
+
 // Inspect reports the stream's status and that of its groups (only group
 // when it is not empty). A missing stream is reported with length 0.
 func Inspect(ctx context.Context, l *Log, group string) (StreamStatus, error) {

@@ -367,3 +367,60 @@ func TestLog_ReplayCheckpoint(t *testing.T) {
 		t.Fatalf("bad replay name: %v", err)
 	}
 }
+
+// TestLog_CountLive: the length, entries-added and the live entries at or
+// below a stream id, counted past the script's page of 1,000 and after
+// deletes and trims; a missing stream counts zeros, a key of another type
+// is an error.
+func TestLog_CountLive(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	if c, err := l.CountLive(ctx, brand.StreamID{}); err != nil || c != (stream.LiveCount{}) {
+		t.Fatalf("missing stream: %+v, %v", c, err)
+	}
+	batch := make([]stream.Fields, 2500)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
+	}
+	ids, err := l.AppendBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XDel(ctx, l.Key(), ids[5].StreamID.String(), ids[2200].StreamID.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TrimMinID(ctx, ids[10].StreamID, true); err != nil {
+		t.Fatal(err)
+	}
+	// Live: ids[10:] without ids[2200], 2,489 entries; 2,500 added.
+	for _, tc := range []struct {
+		w     brand.StreamID
+		below int64
+	}{
+		{brand.StreamID{}, 0},      // none asked
+		{ids[3].StreamID, 0},       // trimmed already
+		{ids[10].StreamID, 1},      // the first live one
+		{ids[1009].StreamID, 1000}, // one page exactly
+		{ids[1010].StreamID, 1001},
+		{ids[2200].StreamID, 2190}, // a deleted id as the bound
+		{ids[2499].StreamID, 2489}, // the last
+	} {
+		c, err := l.CountLive(ctx, tc.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (stream.LiveCount{Length: 2489, EntriesAdded: 2500, Below: tc.below}); c != want {
+			t.Errorf("CountLive(%s) = %+v, want %+v", tc.w, c, want)
+		}
+	}
+	other, err := stream.NewLog(rdb, l.Keyspace(), "not-a-stream", brand.EVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, other.Key(), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.CountLive(ctx, ids[10].StreamID); err == nil || !strings.Contains(err.Error(), other.Key()) {
+		t.Fatalf("a string key: %v, want an error naming %s", err, other.Key())
+	}
+}
