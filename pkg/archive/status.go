@@ -50,11 +50,11 @@ type Status struct {
 // LostOutside.
 func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	s := Status{Stream: a.log.Key(), Volume: a.vol.Name()}
-	st, c, err := a.countAtHead(ctx)
+	st, lsn, c, err := a.countAtHead(ctx)
 	if err != nil {
 		return s, err
 	}
-	s.W, s.LSN, s.Archived, s.ArchivedBytes, s.Malformed = st.W.String(), a.vol.Head(), st.Archived, st.Bytes, st.Malformed
+	s.W, s.LSN, s.Archived, s.ArchivedBytes, s.Malformed = st.W.String(), lsn, st.Archived, st.Bytes, st.Malformed
 	s.Live, s.EntriesAdded, s.LiveUnarchived = c.Length, c.EntriesAdded, c.Length-c.Below
 	from, _ := st.W.Next()
 	if st.W.IsZero() {
@@ -108,26 +108,26 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 // Redis's counts, and entries trimmed above the watermark read would count
 // as lost. So the remote is read again after the counts and, when it moved
 // on, all is read again (a few times; a view an archiver keeps moving is
-// returned as the last read, off by the slices it trimmed meanwhile).
-func (a *Archive) countAtHead(ctx context.Context) (state, stream.LiveCount, error) {
+// returned as the last read, off by the slices it trimmed meanwhile). It
+// returns the commit's state and LSN with the counts.
+func (a *Archive) countAtHead(ctx context.Context) (st state, lsn uint64, c stream.LiveCount, err error) {
 	if err := a.vol.Refresh(ctx); err != nil {
-		return state{}, stream.LiveCount{}, err
+		return st, 0, c, err
 	}
 	for try := 0; ; try++ {
-		head := a.vol.Head()
-		st, err := stateOf(a.vol.Latest())
-		if err != nil {
-			return st, stream.LiveCount{}, err
+		lsn = a.vol.Head()
+		if st, err = stateOf(a.vol.Latest()); err != nil {
+			return st, lsn, c, err
 		}
-		c, err := a.log.CountLive(ctx, st.W) // at one instant: a trim between two counts would read as a loss
+		c, err = a.log.CountLive(ctx, st.W) // at one instant: a trim between two counts would read as a loss
 		if err != nil {
-			return st, c, err
+			return st, lsn, c, err
 		}
 		if err := a.vol.Refresh(ctx); err != nil {
-			return st, c, err
+			return st, lsn, c, err
 		}
-		if a.vol.Head() == head || try == 4 {
-			return st, c, nil
+		if a.vol.Head() == lsn || try == 4 {
+			return st, lsn, c, nil
 		}
 	}
 }
