@@ -88,3 +88,39 @@ func TestCommit_ReusesTheSegmentBuffer(t *testing.T) {
 		}
 	}
 }
+
+// Laying a segment into a buffer large enough allocates nothing, however
+// many pages it holds (a page head built apart would cost one allocation
+// a page), and decodes to the same pages.
+func TestAppendSegment_AllocatesNothingIntoItsBuffer(t *testing.T) {
+	pages := make([]Page, 2000)
+	for i := range pages {
+		pages[i] = Page{No: uint64(10 + i), Data: bytes.Repeat([]byte{byte(i)}, 1+i%90)}
+	}
+	buf := make([]byte, 0, segmentSize(pages))
+	if n := testing.AllocsPerRun(20, func() {
+		seg, err := appendSegment(buf, 7, pages)
+		if err != nil || len(seg) != segmentSize(pages) {
+			t.Fatalf("%d bytes, %v", len(seg), err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations laying %d pages into a buffer of their size", n, len(pages))
+	}
+	seg, err := appendSegment(buf, 7, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeSegment("seg", seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Header.LSN != 7 || got.Header.Pages != uint32(len(pages)) {
+		t.Fatalf("header %+v", got.Header)
+	}
+	for _, p := range []Page{pages[0], pages[999], pages[len(pages)-1]} {
+		data, err := got.Lookup(p.No)
+		if err != nil || !bytes.Equal(data, p.Data) {
+			t.Fatalf("page %d: %d bytes, %v", p.No, len(data), err)
+		}
+	}
+}

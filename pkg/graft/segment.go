@@ -96,22 +96,25 @@ func appendSegment(dst []byte, lsn uint64, pages []Page) ([]byte, error) {
 		buf = make([]byte, headerSize, size)
 	}
 	putHeader(buf, lsn, uint32(len(pages)))
-	index := make([]indexEntry, len(pages))
+	// Each page's head is laid in place and its CRC taken from the buffer:
+	// a head built apart escapes to the heap (crc32 is assembly), one
+	// allocation a page.
 	for i, p := range pages {
 		if i > 0 && p.No == pages[i-1].No {
 			return nil, fmt.Errorf("encode segment: page %d twice", p.No)
 		}
-		index[i] = indexEntry{No: p.No, Off: uint64(len(buf)), Len: uint32(len(p.Data))}
-		var head [pageHeadSize]byte
-		binary.BigEndian.PutUint64(head[0:], p.No)
-		binary.BigEndian.PutUint32(head[8:], uint32(len(p.Data)))
-		binary.BigEndian.PutUint32(head[12:], crc(head[:12], p.Data))
-		buf = append(buf, head[:]...)
+		at := len(buf)
+		buf = binary.BigEndian.AppendUint64(buf, p.No)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(p.Data)))
+		buf = append(buf, 0, 0, 0, 0)
 		buf = append(buf, p.Data...)
+		binary.BigEndian.PutUint32(buf[at+12:], crc(buf[at:at+12], buf[at+pageHeadSize:]))
 	}
 	indexOff := uint64(len(buf))
-	for _, e := range index {
-		buf = appendIndexItem(buf, e)
+	off := uint64(headerSize)
+	for _, p := range pages {
+		buf = appendIndexItem(buf, indexEntry{No: p.No, Off: off, Len: uint32(len(p.Data))})
+		off += pageHeadSize + uint64(len(p.Data))
 	}
 	indexLen := uint64(len(buf)) - indexOff
 	buf = binary.BigEndian.AppendUint64(buf, indexOff)
