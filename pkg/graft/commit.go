@@ -17,8 +17,10 @@ import (
 // Commit writes pages as the next LSN with meta and returns the commit. The
 // steps: segment written locally (fsync), uploaded create-only under a key
 // unique to this writer, then the commit object created with If-None-Match:
-// *, then the local head. Losing the race for the LSN adopts the winner and
-// returns a *ConflictError; nothing of ours becomes visible.
+// *, then the local head, whose directory is synced beside the caller
+// (Sync waits for it; the next commit does). Losing the race for the LSN
+// adopts the winner and returns a *ConflictError; nothing of ours becomes
+// visible.
 func (v *Volume) Commit(ctx context.Context, pages []Page, meta map[string]string) (*Commit, error) {
 	byNo := func(a, b Page) int { return cmp.Compare(a.No, b.No) }
 	if !slices.IsSortedFunc(pages, byNo) { // sort a copy: the caller's slice stays as it is
@@ -140,6 +142,9 @@ func (v *Volume) put(ctx context.Context, c *Commit) error {
 // made the head. A lost race drops them, adopts the winner and returns a
 // *ConflictError.
 func (v *Volume) createCommit(ctx context.Context, c *Commit, obj []byte, hashed string, segment []byte) error {
+	if err := v.Sync(); err != nil { // the commit before is durable here before this one exists anywhere
+		return fmt.Errorf("commit %d: %w", c.LSN, err)
+	}
 	var local chan staged
 	if segment != nil {
 		local = make(chan staged, 1)
@@ -196,14 +201,20 @@ func (v *Volume) create(ctx context.Context, key string, body []byte, hashed str
 }
 
 // placeHead puts the local copy of c's committed record in place and makes
-// c the head.
+// c the head. Its directory is synced beside the caller (Sync): the remote
+// already holds c, and a crash that loses the local copy leaves the volume
+// one commit behind it, which the next open adopts from the remote.
 func (v *Volume) placeHead(c *Commit, s staged) error {
 	if s.err != nil {
 		return s.err
 	}
-	if err := s.place(); err != nil {
+	ds, err := s.placeBeside()
+	if err != nil {
 		return err
 	}
+	v.syncMu.Lock()
+	v.syncing = ds
+	v.syncMu.Unlock()
 	v.hint(c.LSN)
 	v.push(c)
 	v.failpoint(failpoint.HeadUpdated)

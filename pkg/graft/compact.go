@@ -243,6 +243,9 @@ func (v *Volume) merge(ctx context.Context, run []Entry) (int64, error) {
 	if err := v.put(ctx, c); err != nil {
 		return 0, err
 	}
+	if err := v.Sync(); err != nil {
+		return 0, err
+	}
 	v.failpoint(failpoint.CompactionCommitted)
 	if _, err := v.checkpoint(ctx); err != nil {
 		// Readers still find every page (the compaction commit is in the

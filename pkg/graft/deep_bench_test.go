@@ -133,6 +133,7 @@ func (discardFS) CreateTemp(dir, pattern string) (writable, error) {
 	return discardFile{filepath.Join(dir, "discarded")}, nil
 }
 func (discardFS) Rename(from, to string) error { return nil }
+func (discardFS) SyncDir(dir string) error     { return nil }
 
 // buildDeep makes (or finds) a remote of n commits, each writing 10
 // record-sized pages above the last, with meta n = the commit number.

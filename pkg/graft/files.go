@@ -18,6 +18,7 @@ type writable = durable.File
 type fileSystem interface {
 	CreateTemp(dir, pattern string) (writable, error)
 	Rename(from, to string) error
+	SyncDir(dir string) error
 }
 
 // osFS is the real file system.
@@ -25,6 +26,7 @@ type osFS struct{}
 
 func (osFS) CreateTemp(dir, pattern string) (writable, error) { return os.CreateTemp(dir, pattern) }
 func (osFS) Rename(from, to string) error                     { return os.Rename(from, to) }
+func (osFS) SyncDir(dir string) error                         { return durable.SyncDir(dir) }
 
 // files is the volume's file system.
 func (v *Volume) files() fileSystem {
@@ -70,11 +72,64 @@ func (v *Volume) stageFile(path string, b []byte) staged {
 
 // place renames a staged file into place and fsyncs its directory.
 func (s staged) place() error {
-	if err := s.fs.Rename(s.tmp, s.path); err != nil {
-		os.Remove(s.tmp)
-		return fmt.Errorf("write %s: %w", s.path, err)
+	if err := s.placeCache(); err != nil {
+		return err
 	}
-	return durable.SyncDir(filepath.Dir(s.path))
+	if err := s.fs.SyncDir(filepath.Dir(s.path)); err != nil {
+		return fmt.Errorf("write %s: sync its directory: %w", s.path, err)
+	}
+	return nil
+}
+
+// dirSync is a directory fsync running beside its caller.
+type dirSync struct {
+	done chan struct{}
+	err  error
+}
+
+// placeBeside renames a staged file into place and starts the fsync of
+// its directory on a goroutine: the caller goes on, and waits for it
+// (Volume.Sync) before anything that must follow the file's durability.
+func (s staged) placeBeside() (*dirSync, error) {
+	if err := s.placeCache(); err != nil {
+		return nil, err
+	}
+	ds := &dirSync{done: make(chan struct{})}
+	go func() {
+		defer close(ds.done)
+		if err := s.fs.SyncDir(filepath.Dir(s.path)); err != nil {
+			ds.err = fmt.Errorf("write %s: sync its directory: %w", s.path, err)
+		}
+	}()
+	return ds, nil
+}
+
+// Sync waits until the local record of the volume's last commit is
+// durable and returns the error of making it so. Commit returns once the
+// remote holds the commit and its local record is in place; the fsync of
+// the record's directory finishes beside the caller's next step. The next
+// commit waits for it before it creates anything (its error fails that
+// commit, which creates nothing); a caller that stops after a commit, or
+// proves it, calls Sync. An error is returned to the callers waiting when
+// the sync ends, then forgotten: the remote holds the commit, and an open
+// after a crash that lost the local copy adopts it from there.
+func (v *Volume) Sync() error {
+	v.syncMu.Lock()
+	ds := v.syncing
+	v.syncMu.Unlock()
+	if ds == nil {
+		return nil
+	}
+	<-ds.done
+	v.syncMu.Lock()
+	if v.syncing == ds {
+		v.syncing = nil
+	}
+	v.syncMu.Unlock()
+	if ds.err != nil {
+		return fmt.Errorf("volume %s: %w", v.name, ds.err)
+	}
+	return nil
 }
 
 // placeCache renames a staged file into place without syncing its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/silt-dev/silt/pkg/fence"
+	"github.com/silt-dev/silt/pkg/fence/durable"
 )
 
 // faultFS is a file layer that fails: after room bytes a write returns
@@ -24,6 +25,7 @@ type faultFS struct {
 	room       int // bytes that still fit; negative: unlimited
 	syncErr    error
 	renameErr  error
+	dirSyncErr error
 	calls      int
 	injections int
 }
@@ -49,6 +51,16 @@ func (f *faultFS) Rename(from, to string) error {
 		return f.renameErr
 	}
 	return os.Rename(from, to)
+}
+
+func (f *faultFS) SyncDir(dir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dirSyncErr != nil {
+		f.injections++
+		return f.dirSyncErr
+	}
+	return durable.SyncDir(dir)
 }
 
 func (f *faultFile) Write(b []byte) (int, error) {
@@ -158,6 +170,70 @@ func diskFaults(t *testing.T, unpacked bool) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A commit's local record is placed and its directory synced beside the
+// caller: a failed directory sync does not undo the commit (the remote
+// holds it, the head moved on); Sync returns the error, once, and a commit
+// made while the sync before it failed fails too, creating nothing on the
+// remote. On a healthy disk the next commit goes through, and a new
+// handle opens at its head.
+func TestCommit_LocalRecordSyncedBeside(t *testing.T) {
+	ctx := context.Background()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	v, err := Open(ctx, dir, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func(n int) []Page { return []Page{{No: 1<<63 + uint64(n), Data: bytes.Repeat([]byte{byte(n)}, 300)}} }
+	if _, err := v.Commit(ctx, page(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatalf("sync on a healthy disk: %v", err)
+	}
+	faults := &faultFS{room: -1, dirSyncErr: syscall.EIO}
+	v.fs = faults
+	if c, err := v.Commit(ctx, page(2), nil); err != nil || c.LSN != 2 || v.Head() != 2 {
+		t.Fatalf("commit 2 with its record's directory sync failing: %v, head %d; want it made, its sync reported apart", err, v.Head())
+	}
+	err = v.Sync()
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), v.localCommit(2)) {
+		t.Fatalf("sync after commit 2: %v, want EIO naming %s", err, v.localCommit(2))
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatalf("sync again: %v, want the error reported once", err)
+	}
+	if _, err := v.Commit(ctx, page(3), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Commit(ctx, page(4), nil); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("commit 4 after commit 3's record sync failed: %v, want EIO", err)
+	}
+	if _, err := st.Get(ctx, v.commitKey(4), fence.Range{}); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("commit 4 on the remote after it failed: %v, want none", err)
+	}
+	if faults.injections != 2 {
+		t.Fatalf("%d faults injected, want 2 (the syncs of commits 2 and 3)", faults.injections)
+	}
+	faults.dirSyncErr = nil
+	if c, err := v.Commit(ctx, page(4), nil); err != nil || c.LSN != 4 {
+		t.Fatalf("commit 4 on a healthy disk: %v", err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := Open(ctx, dir, "vol", st)
+	if err != nil || v2.Head() != 4 {
+		t.Fatalf("open after: head %d, %v", v2.Head(), err)
+	}
+	if _, err := v2.VerifyLocal(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -58,6 +58,9 @@ func (v *Volume) Prune(ctx context.Context, below uint64) (int, error) {
 	c, err := v.commit(ctx, nil, maps.Clone(v.head().Meta), func(c *Commit) {
 		c.Version, c.PruneBelow, c.Segment, c.Ranges, c.Pages = compactionVersion, below, SegmentRef{}, nil, 0
 	})
+	if err == nil {
+		err = v.Sync()
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -42,6 +42,8 @@ type Volume struct {
 	badBases  map[uint64]bool         // checkpoints found unusable: warned about once, never adopted
 	localHead uint64                  // the newest local commit file this handle wrote (the head hint)
 	segBuf    []byte                  // the last commit's segment buffer, for the next to reuse (mu)
+	syncMu    sync.Mutex              // guards syncing, so Sync waits while mu is held by a commit
+	syncing   *dirSync                // the last commit's local record directory sync, maybe running
 }
 
 // maxReusedSegment bounds the segment buffer a volume keeps between
