@@ -69,6 +69,7 @@ BEGIN {
 	id["Archive_Steps fold"] = "P3 fold (÷ raw XRANGE, a slice)"; goal["P3 fold (÷ raw XRANGE, a slice)"] = "<= 1.25"; cmd["P3 fold (÷ raw XRANGE, a slice)"] = "-bench Archive_Steps ./pkg/archive (MinIO)"
 	id["Archive_Steps commit"] = "P3 commit (÷ raw create)"; goal["P3 commit (÷ raw create)"] = "<= 1.2"; cmd["P3 commit (÷ raw create)"] = "the same"
 	id["Archive_Steps create"] = "P3 create, the commit without its proof (÷ raw create)"; goal["P3 create, the commit without its proof (÷ raw create)"] = "none"; cmd["P3 create, the commit without its proof (÷ raw create)"] = "the same"
+	id["Archive_Steps create-floor"] = "P3 create ÷ staged floor (raw create + local fsync beside)"; goal["P3 create ÷ staged floor (raw create + local fsync beside)"] = "none"; cmd["P3 create ÷ staged floor (raw create + local fsync beside)"] = "the same"
 	id["Archive_FarRemote_Ratio"] = "P3 far (remote 20 ms away)"; goal["P3 far (remote 20 ms away)"] = ">= 0.85"; cmd["P3 far (remote 20 ms away)"] = "-bench Archive_FarRemote_Ratio ./pkg/archive (MinIO, each request delayed 20 ms)"
 	id["Archive_FarRemote_Ratio both"] = ""; id["Archive_FarRemote_Ratio floor"] = "P3 far reachable"; goal["P3 far reachable"] = "none"; cmd["P3 far reachable"] = "the same"
 	id["BullMQ_Ratio/go-noop-c1"] = "P13 go c1";  goal["P13 go c1"] = ">= 10";  cmd["P13 go c1"] = "-bench BullMQ_Ratio ./peers (in bench/; Go worker ÷ BullMQ 6.7, no-op, concurrency 1)"
@@ -90,6 +91,7 @@ BEGIN {
 	if ("fold-ratio" in m) row(id[name " fold"], m["fold-ratio"], m["fold-ratio-min"], m["fold-ratio-max"], $2)
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 	if ("create-ratio" in m) row(id[name " create"], m["create-ratio"], m["create-ratio-min"], m["create-ratio-max"], $2)
+	if ("create-floor-ratio" in m) row(id[name " create-floor"], m["create-floor-ratio"], m["create-floor-ratio-min"], m["create-floor-ratio-max"], $2)
 }
 function row(k, r, lo, hi, rounds,   g, gp, met) {
 	if (k == "") return # a benchmark without a row here

@@ -1,8 +1,10 @@
 package archive
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -28,7 +30,11 @@ import (
 // this process spends (less noisy than the wall clock on a shared
 // machine; redis-server's is the same on both sides); create-ratio is create-ms ÷ the PUT, the
 // part of a commit a run waits for before its next create (the proof,
-// read back and record, runs beside the next slice). Needs MinIO from
+// read back and record, runs beside the next slice). staged-put-ms is the
+// raw PUT again while the same bytes are written to a local file and
+// fsynced beside it, waiting for both: the floor of a create that keeps
+// its durable local copy (MinIO writes to the same disk here), and
+// create-floor-ratio is create-ms ÷ that floor. Needs MinIO from
 // scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
@@ -42,7 +48,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	for i := range fields {
 		fields[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
 	}
-	var xrange, fold, commit, trim, put []float64
+	var xrange, fold, commit, trim, put, staged []float64
 	var create, back, rec []float64  // the commit's three steps
 	var xrangeCPU, foldCPU []float64 // this process's CPU in each
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -100,6 +106,14 @@ func BenchmarkArchive_Steps(b *testing.B) {
 			b.Fatal(err)
 		}
 		put = append(put, ms(time.Since(t4)))
+		t5 := time.Now()
+		local := make(chan error, 1)
+		go func() { local <- writeSynced(b.TempDir(), body) }()
+		err = st.Create(ctx, fmt.Sprint("staged/", round), body)
+		if err = cmp.Or(err, <-local); err != nil {
+			b.Fatal(err)
+		}
+		staged = append(staged, ms(time.Since(t5)))
 		xrange, fold, commit, trim = append(xrange, ms(t1.Sub(t0))), append(fold, ms(t2.Sub(t1))), append(commit, ms(t3.Sub(t2))), append(trim, ms(t4.Sub(t3)))
 	}
 	ratios := func(name string, num, den []float64) {
@@ -116,6 +130,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	ratios("fold-cpu-ratio", foldCPU, xrangeCPU)
 	ratios("commit-ratio", commit, put)
 	ratios("create-ratio", create, put)
+	ratios("create-floor-ratio", create, staged)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(xrange), "xrange-ms")
 	b.ReportMetric(median(fold), "fold-ms")
@@ -124,5 +139,16 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	b.ReportMetric(median(back), "read-back-ms")
 	b.ReportMetric(median(rec), "record-ms")
 	b.ReportMetric(median(put), "raw-put-ms")
+	b.ReportMetric(median(staged), "staged-put-ms")
 	b.ReportMetric(median(trim), "trim-ms")
+}
+
+// writeSynced writes body to a new file in dir and fsyncs it.
+func writeSynced(dir string, body []byte) error {
+	f, err := os.CreateTemp(dir, "staged-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	return cmp.Or(err, f.Sync(), f.Close())
 }
