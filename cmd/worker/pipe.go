@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,12 +75,19 @@ type coproc struct {
 	quit  chan struct{} // closed by close: the writer closes stdin
 
 	mu      sync.Mutex
-	waiting map[string]chan pipeResult
+	waiting map[string]pending
 	dead    chan struct{} // closed once it is over
 	why     error
 
 	answered atomic.Bool // a line came on its stdout
 	silent   sync.Once   // the buffering warning, given once
+}
+
+// pending is a delivery in flight: where its result goes and when it was
+// sent.
+type pending struct {
+	result chan pipeResult
+	sent   time.Time
 }
 
 // silenceWarn is how long a co-process may sit on its first delivery
@@ -104,7 +112,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		cp.mu.Unlock()
 		return fmt.Errorf("co-process: %s is already in flight", id)
 	}
-	cp.waiting[id] = ch
+	cp.waiting[id] = pending{result: ch, sent: time.Now()}
 	cp.mu.Unlock()
 	defer func() {
 		cp.mu.Lock()
@@ -116,12 +124,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	case <-cp.dead:
 		return fmt.Errorf("co-process: %w", cp.cause())
 	}
-	var timeout, silence <-chan time.Time
-	if p.timeout > 0 {
-		t := time.NewTimer(p.timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	var silence <-chan time.Time // --handler-timeout is kept by cp.watch, one timer for all in flight
 	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
 		t := time.NewTimer(silenceWarn)
 		defer t.Stop()
@@ -149,13 +152,6 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 			}
 			return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
 		case <-cp.dead:
-			return fmt.Errorf("co-process: %w", cp.cause())
-		case <-timeout:
-			hint := "hung?"
-			if !cp.answered.Load() {
-				hint = "it answered nothing: hung, or buffering its stdout? (docs/pipe.md)"
-			}
-			cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (%s)", id, p.timeout, hint))
 			return fmt.Errorf("co-process: %w", cp.cause())
 		case <-ctx.Done():
 			return fmt.Errorf("co-process: %w", context.Cause(ctx))
@@ -216,8 +212,11 @@ func (p *pipeHandler) start() (*coproc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &coproc{cmd: cmd, lines: make(chan []byte, 64), quit: make(chan struct{}), waiting: map[string]chan pipeResult{}, dead: make(chan struct{})}
+	cp := &coproc{cmd: cmd, lines: make(chan []byte, 64), quit: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{})}
 	go cp.write(stdin)
+	if p.timeout > 0 {
+		go cp.watch(p.timeout)
+	}
 	go p.logStderr(stderr)
 	go func() {
 		err := p.read(cp, stdout)
@@ -247,13 +246,13 @@ func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
 			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))
 		}
 		cp.mu.Lock()
-		ch, ok := cp.waiting[r.ID]
+		pd, ok := cp.waiting[r.ID]
 		delete(cp.waiting, r.ID)
 		cp.mu.Unlock()
 		if !ok {
 			return fmt.Errorf("a result for %s, which is not in flight", quoteShort(r.ID))
 		}
-		ch <- r
+		pd.result <- r
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("reading its stdout: %w", err)
@@ -289,8 +288,54 @@ func (p *pipeHandler) close(grace time.Duration) {
 	}
 }
 
-// write sends the deliveries to stdin, as many as are queued in one write:
-// with several in flight, one system call carries them.
+// watch ends the co-process once a delivery has waited timeout for its
+// result. One timer serves every delivery in flight: it is set to the
+// oldest one's deadline (the timeout from now when none is in flight, which
+// is no later than any delivery sent after).
+func (cp *coproc) watch(timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-cp.dead:
+			return
+		case <-t.C:
+		}
+		id, sent := cp.oldest()
+		if id == "" {
+			t.Reset(timeout)
+			continue
+		}
+		if waited := time.Since(sent); waited < timeout {
+			t.Reset(timeout - waited)
+			continue
+		}
+		hint := "hung?"
+		if !cp.answered.Load() {
+			hint = "it answered nothing: hung, or buffering its stdout? (docs/pipe.md)"
+		}
+		cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (%s)", id, timeout, hint))
+		return
+	}
+}
+
+// oldest returns the delivery in flight the longest and when it was sent;
+// "" when none is.
+func (cp *coproc) oldest() (id string, sent time.Time) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for k, pd := range cp.waiting {
+		if id == "" || pd.sent.Before(sent) {
+			id, sent = k, pd.sent
+		}
+	}
+	return id, sent
+}
+
+// write sends the deliveries to stdin, as many as are queued in one write.
+// The handlers a read batch woke are runnable when the first line comes:
+// yielding once lets them queue theirs, so one system call (and one wake of
+// the co-process) carries a burst rather than a line.
 func (cp *coproc) write(stdin io.WriteCloser) {
 	defer stdin.Close()
 	w := bufio.NewWriterSize(stdin, 64<<10)
@@ -298,6 +343,7 @@ func (cp *coproc) write(stdin io.WriteCloser) {
 		select {
 		case line := <-cp.lines:
 			w.Write(line)
+			runtime.Gosched()
 			for more := true; more; {
 				select {
 				case line = <-cp.lines:

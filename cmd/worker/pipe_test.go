@@ -190,6 +190,35 @@ func TestPipe_BreaksRestartThenStopTheRun(t *testing.T) {
 	}
 }
 
+// --handler-timeout is each delivery's own: deliveries answered in time
+// keep the co-process for longer than the timeout in all, and a hung one
+// ends it once it has waited the timeout, naming it.
+func TestPipe_TimeoutIsEachDeliverys(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	p, _ := newTestPipe(t, timeout, 1)
+	ctx := context.Background()
+	start := time.Now()
+	for i := 0; time.Since(start) < 3*timeout; i++ {
+		if err := p.handle(ctx, delivery(i, "ok")); err != nil {
+			t.Fatalf("delivery %d, %s in: %v", i, time.Since(start), err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p.starts != 1 {
+		t.Fatalf("the co-process was started %d times while every delivery was answered", p.starts)
+	}
+	hung := delivery(1<<20, "hang")
+	start = time.Now()
+	err := p.handle(ctx, hung)
+	waited := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "no result for "+hung.ID.String()) {
+		t.Fatalf("hang: %v", err)
+	}
+	if waited < timeout || waited > timeout+250*time.Millisecond {
+		t.Fatalf("the hung delivery failed after %s, want its --handler-timeout %s", waited, timeout)
+	}
+}
+
 // A co-process that answers nothing (the usual cause: a buffered stdout)
 // gets a WARN naming output buffering well before --handler-timeout, and
 // the timeout's error says it answered nothing.
