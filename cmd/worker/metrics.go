@@ -172,6 +172,9 @@ const traceparentField = "traceparent"
 
 // traceparentOf returns the W3C traceparent of ctx's span ("" when none).
 func traceparentOf(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() { // what Inject writes nothing for: no carrier made
+		return ""
+	}
 	carrier := propagation.MapCarrier{}
 	telemetry.Propagator.Inject(ctx, carrier)
 	return carrier[traceparentField]
