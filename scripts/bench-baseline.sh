@@ -71,9 +71,14 @@ function median(s,   n, a, i, j, t) {
 }
 $2 ~ /^Benchmark.*Ratio/ {
 	name = $2; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
-	for (i = 3; i <= NF; i++) if ($(i+1) == "ratio") r = $i
+	r = ""; cpu = ""
+	for (i = 3; i <= NF; i++) { if ($(i+1) == "ratio") r = $i; if ($(i+1) == "cpu-ratio") cpu = $i }
+	add($1, name, r)
+	if (cpu != "") add($1, name " (cpu)", cpu) # this process CPU per item, where the benchmark prints it
+}
+function add(side, name, v) {
 	if (!(name in seen)) { seen[name] = 1; order[++k] = name }
-	vals[$1, name] = vals[$1, name] " " r
+	vals[side, name] = vals[side, name] " " v
 }
 END {
 	print "| benchmark | this tree | " ref " | this ÷ " ref " |"
