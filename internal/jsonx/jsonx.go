@@ -63,7 +63,11 @@ func AppendString(b []byte, s string) []byte {
 
 // AppendStringMap appends m as a JSON object, keys sorted.
 func AppendStringMap(b []byte, m map[string]string) []byte {
-	keys := make([]string, 0, len(m))
+	var few [16]string // an entry's fields, sorted on the stack
+	keys := few[:0]
+	if len(m) > len(few) {
+		keys = make([]string, 0, len(m))
+	}
 	for k := range m {
 		keys = append(keys, k)
 	}
