@@ -54,15 +54,15 @@ func (e FlatEntry) Bytes() int {
 // fold encodes straight from the pairs.
 func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
 	args := []any{"XRANGE", l.key, from.String(), to.String(), "COUNT", count}
-	r, ok, err := rawReply(rawCmd(ctx, l.rdb, args...))
-	if ok {
-		return r.flat(l.key)
+	if r, ok := rawRead(ctx, l.rdb, l.replies.size(count), args...); ok {
+		out, err := r.flat(l.key)
+		l.replies.learn(len(r.s), len(out))
+		return out, err
 	}
-	if err == nil { // an error reply: again through Do
-		var reply []any
-		if reply, err = l.rdb.Do(ctx, args...).Slice(); err == nil || errors.Is(err, redis.Nil) {
-			return l.flatEntries(reply)
-		}
+	// Failed, on the network or with an error reply: again through Do.
+	reply, err := l.rdb.Do(ctx, args...).Slice()
+	if err == nil || errors.Is(err, redis.Nil) {
+		return l.flatEntries(reply)
 	}
 	return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
 }

@@ -115,7 +115,8 @@ type Log struct {
 	deadGroup string // set on a group's dead-letter log
 	key       string
 	minter    *brand.Minter
-	kind      bound // the stream's recorded kind is the minter's
+	kind      bound     // the stream's recorded kind is the minter's
+	replies   replyHint // sizes ReadFlat's reply buffers
 }
 
 // NewLog returns the log of stream name in ks, holding ids of kind.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
@@ -54,6 +57,76 @@ func rawReply(cmd *redis.RawCmd) (r *resp, ok bool, err error) {
 	// string shares its bytes instead of copying them.
 	return &resp{s: unsafe.String(&b[0], len(b))}, true, nil
 }
+
+// rawRead sends the read args on c as a go-redis RawWriteToCmd, whose
+// reply is written into a buffer of about hint bytes, and returns the reply
+// to read. A RawCmd's buffer grows by append, about 1.25 times a step past
+// 256 bytes, so a reply of a thousand entries costs about five times its
+// size in allocations; a buffer sized from the replies before is allocated
+// once. ok is false when the read failed, on the network or with an error
+// reply: go-redis never retries a command that writes into a writer (what
+// it wrote cannot be taken back), so the caller sends the read again
+// through Do, which follows MOVED and ASK and retries as go-redis does.
+// Only a read, which is the same sent twice, goes this way.
+func rawRead(ctx context.Context, c processor, hint int, args ...any) (r *resp, ok bool) {
+	w := &replyBuf{b: make([]byte, 0, max(hint, minReplyBuf))}
+	if c.Process(ctx, redis.NewRawWriteToCmd(ctx, w, args...)) != nil || len(w.b) == 0 || w.b[0] == '-' || w.b[0] == '!' {
+		return nil, false
+	}
+	// The reply is the read's alone and never written again: the string
+	// shares its bytes instead of copying them.
+	return &resp{s: unsafe.String(&w.b[0], len(w.b))}, true
+}
+
+// minReplyBuf is the least a raw read's buffer starts with.
+const minReplyBuf = 4 << 10
+
+// replyBuf is the writer a raw read's reply goes into.
+type replyBuf struct{ b []byte }
+
+func (w *replyBuf) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// ReadFrom reads a bulk string's bytes (go-redis copies each with
+// io.CopyN) straight into the buffer's spare room.
+func (w *replyBuf) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if len(w.b) == cap(w.b) {
+			w.b = slices.Grow(w.b, 512)
+		}
+		m, err := r.Read(w.b[len(w.b):cap(w.b)])
+		w.b, n = w.b[:len(w.b)+m], n+int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// replyHint sizes a raw read's buffer from the replies read with it
+// before: the bytes per entry of the last one, with an eighth to spare.
+type replyHint struct{ perEntry atomic.Int64 }
+
+// size is the buffer for a reply of up to count entries.
+func (h *replyHint) size(count int64) int {
+	return int(min(h.perEntry.Load()*count*9/8, maxReplyHint))
+}
+
+// learn takes a reply of size bytes holding entries entries.
+func (h *replyHint) learn(size, entries int) {
+	if entries > 0 {
+		h.perEntry.Store(int64(size/entries + 1))
+	}
+}
+
+// maxReplyHint bounds what a hint allocates ahead of a reply: a larger one
+// grows as it comes.
+const maxReplyHint = 64 << 20
 
 // resp reads one RESP2 or RESP3 reply.
 type resp struct {

@@ -20,6 +20,7 @@ type Proxy struct {
 	ln    net.Listener
 	delay atomic.Int64 // nanoseconds added before forwarding each chunk
 	drop  atomic.Bool  // discard server-to-client bytes
+	tear  atomic.Int64 // > 0: reply bytes still forwarded before a cut (CutReplyAfter)
 	stats Stats
 
 	mu       sync.Mutex
@@ -98,6 +99,31 @@ func (p *Proxy) Cut() int {
 	return n / 2
 }
 
+// CutReplyAfter forwards n more bytes of what the target answers, then
+// cuts the connection they went on: a reply torn part way, as a server or
+// network that fails mid-reply leaves it. It fires once.
+func (p *Proxy) CutReplyAfter(n int64) { p.tear.Store(n) }
+
+// torn returns how many of n reply bytes to forward, and whether the
+// connection is cut after them.
+func (p *Proxy) torn(n int) (int, bool) {
+	for {
+		left := p.tear.Load()
+		if left <= 0 {
+			return n, false
+		}
+		if int64(n) < left {
+			if p.tear.CompareAndSwap(left, left-int64(n)) {
+				return n, false
+			}
+			continue
+		}
+		if p.tear.CompareAndSwap(left, 0) {
+			return int(left), true
+		}
+	}
+}
+
 // Close stops listening, cuts every connection and waits for the copiers.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -165,9 +191,17 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				time.Sleep(d)
 			}
+			cut := false
+			if reply {
+				n, cut = p.torn(n)
+			}
 			if reply && p.lostReply(src) {
 				p.stats.DroppedBytes.Add(int64(n))
 			} else if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			if cut {
+				p.stats.Cut.Add(1)
 				return
 			}
 		}
