@@ -72,6 +72,7 @@ type Archive struct {
 	identity string         // the archive's identity, settled by checkIdentity or CheckRemote
 	proven   brand.StreamID // the highest watermark proven against Redis's record: trims stop there
 	anchor   uint64         // the LSN of the commit proven last
+	arenas   arenas         // blocks a created slice's pages were cut from
 }
 
 var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
@@ -114,6 +115,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		}(f.next, f.live)
 		c, next, cerr := a.create(ctx, st, f, &res)
 		nf := <-ahead // no fold outlives its run
+		// The create copied f's pages out: the fold after next cuts its
+		// pages from f's blocks.
+		a.arenas.put(f.blocks)
 		trimmed, serr := a.settle(ctx, proving, &res, progress)
 		proving = nil
 		if err := cmp.Or(serr, cerr); err != nil {
@@ -125,6 +129,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		won := next == f.next
 		st = next
 		if !won { // the slice folded ahead assumed our commit: fold after the winner's
+			a.arenas.put(nf.blocks)
 			f, err = a.fold(ctx, p, st, top, -1)
 			continue
 		}
@@ -233,13 +238,57 @@ type folded struct {
 	live  int64          // live entries at or below next.W when folded (-1: not counted)
 	err   error          // of a fold run ahead
 
-	arena []byte // the block the next record pages are cut from
-	order []int  // scratch for appendRecord
+	arena  []byte   // the block the next record pages are cut from
+	blocks [][]byte // every block its pages are cut from, arena's too
+	order  []int    // scratch for appendRecord
 }
 
 // arenaBlock is the size of the blocks record pages are cut from: one
 // allocation per block instead of one per record.
 const arenaBlock = 256 << 10
+
+// arenas keeps the arena blocks of a created slice for a later fold. A
+// run's folds then cut their pages from memory already in use, not from
+// memory new to the process, which the kernel faults in page by page as
+// it is first written (laying out the 570 KB segment of 5,000 entries
+// took 1.7-2.8 ms into new memory on a two-core VM, 0.15 ms into memory in
+// use; the records' blocks are as large). The blocks of at most one slice
+// are kept; a record too large for a block gets a block of its own, which
+// is not kept.
+type arenas struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// get returns an empty block of arenaBlock bytes, or of need bytes when
+// need is larger.
+func (p *arenas) get(need int) []byte {
+	if need <= arenaBlock {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if n := len(p.free); n > 0 {
+			b := p.free[n-1]
+			p.free = p.free[:n-1]
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, max(arenaBlock, need))
+}
+
+// put keeps blocks for a later get. Nothing cut from them may be in use:
+// the slice they hold was created (or its create failed).
+func (p *arenas) put(blocks [][]byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range blocks {
+		if cap(b) == arenaBlock && len(p.free) < maxKeptBlocks {
+			p.free = append(p.free, b)
+		}
+	}
+}
+
+// maxKeptBlocks bounds what arenas keeps: a slice of the default 4 MiB.
+const maxKeptBlocks = 4 << 20 / arenaBlock
 
 // fold reads and encodes the next slice. No pages means nothing to archive.
 // live is the number of live entries at or below st.W (-1: not known).
@@ -339,7 +388,8 @@ func (f *folded) add(a *Archive, e stream.FlatEntry, size int64) error {
 		f.next.Malformed++
 	}
 	if need := maxRecordSize(e.Pairs); cap(f.arena)-len(f.arena) < need {
-		f.arena = make([]byte, 0, max(arenaBlock, need))
+		f.arena = a.arenas.get(need)
+		f.blocks = append(f.blocks, f.arena)
 	}
 	start := len(f.arena)
 	f.arena, f.order = appendRecord(f.arena, e.StreamID, malformed, e.Pairs, f.order)
