@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"testing"
@@ -94,5 +95,24 @@ func TestReadFlat_TornReplyIsReadAgain(t *testing.T) {
 				t.Fatalf("cut after %d bytes: entry %d reads %v %q, want %v %q", at, j, got[j].StreamID, got[j].Pairs, want[j].StreamID, want[j].Pairs)
 			}
 		}
+	}
+}
+
+// TestReplyHint_Bounded: a hint grows with the entries asked for, up to
+// maxReplyHint, whatever the count (a count no stream holds included).
+func TestReplyHint_Bounded(t *testing.T) {
+	var h replyHint
+	if n := h.size(1000); n != 0 {
+		t.Fatalf("a hint with no reply before is %d, want 0", n)
+	}
+	h.learn(140_000, 1000)
+	for count, want := range map[int64]int{1000: 141 * 1000 * 9 / 8, 0: 0, -5: 0, 1 << 40: maxReplyHint, math.MaxInt64: maxReplyHint} {
+		if n := h.size(count); n != want {
+			t.Errorf("size(%d) = %d, want %d", count, n, want)
+		}
+	}
+	h.learn(1<<29, 1) // an entry of 512 MB, the most a Redis string holds
+	if n := h.size(math.MaxInt64); n != maxReplyHint {
+		t.Errorf("size after a huge entry = %d, want %d", n, maxReplyHint)
 	}
 }

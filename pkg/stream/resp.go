@@ -114,6 +114,7 @@ type replyHint struct{ perEntry atomic.Int64 }
 
 // size is the buffer for a reply of up to count entries.
 func (h *replyHint) size(count int64) int {
+	count = min(max(count, 0), maxReplyHint) // no overflow below
 	return int(min(h.perEntry.Load()*count*9/8, maxReplyHint))
 }
 
