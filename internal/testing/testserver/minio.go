@@ -86,6 +86,7 @@ func (s *MinIOServer) Start(tb testing.TB) {
 	}
 	s.cmd = exec.Command(s.bin, append(args, s.Dir)...)
 	s.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey, "MINIO_BROWSER=off")
+	s.cmd.SysProcAttr = childAttr()
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("start minio: %v", err)
 	}

@@ -33,6 +33,7 @@ type RedisServer struct {
 // launch starts redis-server with args and watches for its exit.
 func (s *RedisServer) launch(bin string, args ...string) error {
 	s.cmd = exec.Command(bin, args...)
+	s.cmd.SysProcAttr = childAttr()
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
