@@ -54,7 +54,7 @@ func (e FlatEntry) Bytes() int {
 // fold encodes straight from the pairs.
 func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
 	args := []any{"XRANGE", l.key, from.String(), to.String(), "COUNT", count}
-	if r, ok := rawRead(ctx, l.rdb, l.replies.size(count), args...); ok {
+	if r, ok := sendRaw(ctx, l.rdb, l.replies.size(count), args...).reply(); ok {
 		out, err := r.flat(l.key)
 		l.replies.learn(len(r.s), len(out))
 		return out, err

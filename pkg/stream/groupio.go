@@ -152,6 +152,7 @@ type redisGroup struct {
 	gaps, leaseKey    string
 	dead              *Log
 	readTimeout       time.Duration // the client's, as go-redis applies it (0: unknown)
+	replies           replyHint     // sizes the reads' reply buffers
 
 	senderMu sync.Mutex
 	sender   *startSender // made by the first sendWindow of a run, closed by release
@@ -168,25 +169,33 @@ func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
 	args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
-	msgs, err := g.readRaw(ctx, rawCmd(ctx, g.rdb, args...), args)
+	msgs, err := g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.size(count), args...), args)
 	if err != nil {
 		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
 	}
 	return msgs, nil
 }
 
-// readRaw reads the messages of an XREADGROUP sent as cmd (args): from
-// the reply's bytes (resp.go), or, after an error reply, from the same
-// read sent again through Do (an error reply delivered nothing).
-func (g *redisGroup) readRaw(ctx context.Context, cmd *redis.RawCmd, args []any) ([]message, error) {
-	r, ok, err := rawReply(cmd)
-	if ok {
-		return r.messages()
-	}
-	if err != nil {
-		return nil, err
+// readRaw reads the messages of an XREADGROUP sent as rr (args): from
+// the reply's bytes (resp.go), or, after an error reply or a failure on
+// the network, from the same read sent again through Do. An error reply
+// delivered nothing; a read whose reply was lost may have, and those
+// entries wait in this consumer's pending list, as after a read go-redis
+// sent again itself.
+func (g *redisGroup) readRaw(ctx context.Context, rr *rawRead, args []any) ([]message, error) {
+	if r, ok := rr.reply(); ok {
+		msgs, err := r.messages()
+		g.replies.learn(len(r.s), len(msgs))
+		return msgs, err
 	}
 	return readReply(g.rdb.Do(ctx, args...))
+}
+
+// isReply says err is an error reply from the server, not a failure to
+// get one.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // readCmds is what readNew queues a read on: the client, or a pipeline.
@@ -200,11 +209,11 @@ type readCmds interface {
 // own XREADGROUP gives a blocking read the time it waits.
 func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
 	var read func() ([]message, error)
-	queue := func(c readCmds) {
-		if block < 0 || block+time.Second <= g.readTimeout {
+	queue := func(c readCmds, raw bool) {
+		if raw && (block < 0 || block+time.Second <= g.readTimeout) {
 			args := xreadgroup(g.group, g.consumer, g.key, ">", count, block)
-			cmd := rawCmd(ctx, c, args...)
-			read = func() ([]message, error) { return g.readRaw(ctx, cmd, args) }
+			rr := sendRaw(ctx, c, g.replies.size(count), args...)
+			read = func() ([]message, error) { return g.readRaw(ctx, rr, args) }
 			return
 		}
 		cmd := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g.group, Consumer: g.consumer, Streams: []string{g.key, ">"}, Count: count, Block: block})
@@ -218,16 +227,25 @@ func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int
 	}
 	if len(acks.ids) > 0 {
 		var ack *redis.IntCmd
-		g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			ack = g.queueAcks(ctx, p, acks)
-			queue(p)
-			return nil
-		})
+		pipe := func(raw bool) {
+			g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				ack = g.queueAcks(ctx, p, acks)
+				queue(p, raw)
+				return nil
+			})
+		}
+		pipe(true)
+		if err := ack.Err(); err != nil && !isReply(err) {
+			// Failed on the network: go-redis retries no pipeline holding
+			// a raw read, so the acks and the read go again as go-redis
+			// would have sent them, the read decoded.
+			pipe(false)
+		}
 		if ackErr = ack.Err(); ackErr != nil {
 			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), nil
 		}
 	} else {
-		queue(g.rdb)
+		queue(g.rdb, true)
 	}
 	msgs, err = read()
 	if err != nil && !isNil(err) {

@@ -44,9 +44,10 @@ func TestReadReply_BothProtocols(t *testing.T) {
 		read := func(from string, block time.Duration) ([]message, []message) {
 			t.Helper()
 			args := xreadgroup("g", "c", key, from, 10, block)
-			r, ok, err := rawReply(rawCmd(ctx, rdb, args...))
-			if !ok || err != nil {
-				t.Fatalf("RESP%d: read %s: no reply to read from its bytes: %v", proto, from, err)
+			rr := sendRaw(ctx, rdb, 0, args...)
+			r, ok := rr.reply()
+			if !ok {
+				t.Fatalf("RESP%d: read %s: no reply to read from its bytes: %v", proto, from, rr.cmd.Err())
 			}
 			raw, err := r.messages()
 			if err != nil {
@@ -88,9 +89,10 @@ func TestReadReply_BothProtocols(t *testing.T) {
 			}
 		}
 		l := &Log{rdb: rdb, key: key}
-		r, ok, err := rawReply(rawCmd(ctx, rdb, "XRANGE", key, "-", "+", "COUNT", 10))
-		if !ok || err != nil {
-			t.Fatalf("RESP%d: XRANGE: no reply to read from its bytes: %v", proto, err)
+		rr := sendRaw(ctx, rdb, 0, "XRANGE", key, "-", "+", "COUNT", 10)
+		r, ok := rr.reply()
+		if !ok {
+			t.Fatalf("RESP%d: XRANGE: no reply to read from its bytes: %v", proto, rr.cmd.Err())
 		}
 		flat, err := r.flat(key)
 		if err != nil {

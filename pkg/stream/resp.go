@@ -16,16 +16,17 @@ import (
 )
 
 // The replies silt reads in bulk, XRANGE's and XREADGROUP's, are read from
-// the bytes the server sent (go-redis's RawCmd): the whole reply is read
-// as one string and every id, name and value is cut from it, so a reply of
-// a thousand entries costs no allocation per string, where a decoded
-// reply's tree costs one and an interface box. A name or value kept
-// after its entry is handled keeps its reply's bytes alive with it.
+// the bytes the server sent (go-redis's RawWriteToCmd, rawRead): the whole
+// reply is read as one string and every id, name and value is cut from it,
+// so a reply of a thousand entries costs no allocation per string, where a
+// decoded reply's tree costs one and an interface box. A name or value
+// kept after its entry is handled keeps its reply's bytes alive with it.
 //
-// go-redis does not read an error reply to a RawCmd as an error, so it
-// neither follows MOVED or ASK nor retries on one: a command answered with
-// an error goes again through Do, whose reply is decoded as a tree (flat.go,
-// message.go), and whose error is go-redis's.
+// go-redis does not read an error reply to such a command as an error, so
+// it neither follows MOVED or ASK nor retries on one, and it retries no
+// such command that fails on the network: a read answered with an error,
+// or not answered, goes again through Do, whose reply is decoded as a tree
+// (flat.go, message.go), and whose error is go-redis's.
 
 // processor is what a raw command is sent or queued on: a Client or a
 // pipeline.
@@ -33,49 +34,39 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// rawCmd sends args on c (or queues them, on a pipeline) as a RawCmd.
-func rawCmd(ctx context.Context, c processor, args ...any) *redis.RawCmd {
-	cmd := redis.NewRawCmd(ctx, args...)
-	_ = c.Process(ctx, cmd) // its error is cmd's
-	return cmd
-}
-
-// rawReply returns cmd's reply to read. ok is false when the server
-// answered with an error: send the command again through Do.
-func rawReply(cmd *redis.RawCmd) (r *resp, ok bool, err error) {
-	b, err := cmd.Result()
-	if err != nil {
-		return nil, false, err
-	}
-	if len(b) == 0 {
-		return nil, false, errors.New("empty reply")
-	}
-	if b[0] == '-' || b[0] == '!' {
-		return nil, false, nil
-	}
-	// The reply is the command's alone and never written again: the
-	// string shares its bytes instead of copying them.
-	return &resp{s: unsafe.String(&b[0], len(b))}, true, nil
-}
-
-// rawRead sends the read args on c as a go-redis RawWriteToCmd, whose
-// reply is written into a buffer of about hint bytes, and returns the reply
-// to read. A RawCmd's buffer grows by append, about 1.25 times a step past
+// rawRead is a read sent (or queued on a pipeline) as a go-redis
+// RawWriteToCmd, whose reply is written into a buffer of about the size
+// hinted. A RawCmd's buffer grows by append, about 1.25 times a step past
 // 256 bytes, so a reply of a thousand entries costs about five times its
 // size in allocations; a buffer sized from the replies before is allocated
-// once. ok is false when the read failed, on the network or with an error
-// reply: go-redis never retries a command that writes into a writer (what
-// it wrote cannot be taken back), so the caller sends the read again
-// through Do, which follows MOVED and ASK and retries as go-redis does.
-// Only a read, which is the same sent twice, goes this way.
-func rawRead(ctx context.Context, c processor, hint int, args ...any) (r *resp, ok bool) {
-	w := &replyBuf{b: make([]byte, 0, max(hint, minReplyBuf))}
-	if c.Process(ctx, redis.NewRawWriteToCmd(ctx, w, args...)) != nil || len(w.b) == 0 || w.b[0] == '-' || w.b[0] == '!' {
+// once. go-redis never retries a command that writes into a writer (what
+// it wrote cannot be taken back), nor a pipeline holding one: a read that
+// fails goes again through Do (and its pipeline's other commands with it,
+// readNew), which follows MOVED and ASK and retries as go-redis does. Only
+// reads, which are the same sent twice, go this way.
+type rawRead struct {
+	cmd *redis.RawWriteToCmd
+	w   replyBuf
+}
+
+// sendRaw sends args on c, or queues them on a pipeline, as a rawRead.
+func sendRaw(ctx context.Context, c processor, hint int, args ...any) *rawRead {
+	r := &rawRead{w: replyBuf{b: make([]byte, 0, max(hint, minReplyBuf))}}
+	r.cmd = redis.NewRawWriteToCmd(ctx, &r.w, args...)
+	_ = c.Process(ctx, r.cmd) // its error is cmd's
+	return r
+}
+
+// reply returns the read's reply to read. ok is false when the read
+// failed, on the network or with an error reply: send it again through Do.
+func (r *rawRead) reply() (_ *resp, ok bool) {
+	b := r.w.b
+	if r.cmd.Err() != nil || len(b) == 0 || b[0] == '-' || b[0] == '!' {
 		return nil, false
 	}
 	// The reply is the read's alone and never written again: the string
 	// shares its bytes instead of copying them.
-	return &resp{s: unsafe.String(&w.b[0], len(w.b))}, true
+	return &resp{s: unsafe.String(&b[0], len(b))}, true
 }
 
 // minReplyBuf is the least a raw read's buffer starts with.

@@ -36,7 +36,9 @@ func BenchmarkStreamReply(b *testing.B) {
 	b.Run("bytes", func(b *testing.B) {
 		defer cpuPerOp(b)()
 		for range b.N {
-			r, _, err := rawReply(rawCmd(ctx, rdb, args...))
+			rr := sendRaw(ctx, rdb, 0, args...)
+			r, _ := rr.reply()
+			err := rr.cmd.Err()
 			if err == nil {
 				var e []FlatEntry
 				e, err = r.flat("k")
