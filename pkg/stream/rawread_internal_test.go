@@ -62,19 +62,26 @@ func TestReadFlat_ReplyBufferSizedFromTheLast(t *testing.T) {
 	}
 }
 
+// proxied is a client of one connection to a fresh redis-server through a
+// fault proxy.
+func proxied(t *testing.T) (*faultproxy.Proxy, *redis.Client) {
+	t.Helper()
+	p, err := faultproxy.Start(testserver.Redis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1})
+	t.Cleanup(func() { rdb.Close() })
+	return p, rdb
+}
+
 // TestReadFlat_TornReplyIsReadAgain: a reply the connection loses part
 // way (go-redis never retries a read written into a writer) is read again
 // whole through Do: the same entries, none torn, none twice, whether the
 // cut comes in the first bytes or deep in the reply.
 func TestReadFlat_TornReplyIsReadAgain(t *testing.T) {
-	srv := testserver.Redis(t)
-	p, err := faultproxy.Start(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1})
-	defer rdb.Close()
+	p, rdb := proxied(t)
 	l := fillFlat(t, rdb, 1000)
 	ctx := context.Background()
 	want, err := l.ReadFlat(ctx, First, Last, 1000)
@@ -124,14 +131,7 @@ func TestReplyHint_Bounded(t *testing.T) {
 // pending for the consumer (a read whose reply was lost delivered its
 // entries all the same), none read twice.
 func TestReadNew_TornReplyIsSentAgain(t *testing.T) {
-	srv := testserver.Redis(t)
-	p, err := faultproxy.Start(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1})
-	defer rdb.Close()
+	p, rdb := proxied(t)
 	const total = 3000
 	l := fillFlat(t, rdb, total)
 	ctx := context.Background()
