@@ -128,11 +128,15 @@ func (a *ackSet) add(j *job) {
 	}
 }
 
+// addAll adds b's ids; an empty set takes b's slices as they are.
 func (a *ackSet) addAll(b ackSet) {
+	if len(a.ids) == 0 && len(a.records) == 0 && len(a.gone) == 0 {
+		*a = b
+		return
+	}
 	a.ids, a.records, a.gone = append(a.ids, b.ids...), append(a.records, b.records...), append(a.gone, b.gone...)
 }
 
-func (a *ackSet) reset() { a.ids, a.records, a.gone = a.ids[:0], a.records[:0], a.gone[:0] }
 
 // claimed is one XAUTOCLAIM step.
 type claimed struct {
@@ -498,7 +502,14 @@ func (g *redisGroup) ackOwned(ctx context.Context, a ackSet) ([]string, error) {
 
 // queueAcks queues the acks of a and the removal of its start records.
 func (g *redisGroup) queueAcks(ctx context.Context, p redis.Pipeliner, a ackSet) *redis.IntCmd {
-	ack := p.XAck(ctx, g.key, g.group, a.ids...)
+	// go-redis's XAck grows its arguments by append from three.
+	args := make([]any, 0, 3+len(a.ids))
+	args = append(args, "XACK", g.key, g.group)
+	for _, id := range a.ids {
+		args = append(args, id)
+	}
+	ack := redis.NewIntCmd(ctx, args...)
+	_ = p.Process(ctx, ack) // its error is ack's
 	if len(a.records) > 0 {
 		p.HDel(ctx, g.attempts, a.records...)
 	}

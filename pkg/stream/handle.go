@@ -393,7 +393,7 @@ func (r *run) judge(j *job) {
 // settle acks the handled entries in one round trip (their start records
 // removed with them), dead-letters the poison ones, and counts every fate.
 func (r *run) settle(ctx context.Context, jobs []*job) error {
-	var acks ackSet
+	acks := ackSet{ids: make([]string, 0, len(jobs))}
 	for _, j := range jobs {
 		switch {
 		case j.fate == fateAck && j.acked && j.lost:
