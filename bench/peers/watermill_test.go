@@ -3,8 +3,6 @@ package peers
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -137,20 +135,5 @@ func BenchmarkWorkerVsWatermill_Ratio(b *testing.B) {
 
 // serverCPU returns redis-server's CPU time so far (user and system, INFO cpu).
 func serverCPU(tb testing.TB, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				tb.Fatalf("INFO cpu %s: %v", line, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return time.Duration(benchratio.RedisCPU(rdb)(tb))
 }

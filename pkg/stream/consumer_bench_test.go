@@ -57,7 +57,9 @@ func BenchmarkConsumer_Ratio(b *testing.B) {
 // while this one is handled, each handled batch's XACK carried in one
 // pipeline with that read (one round trip per batch; the last batch's acks
 // go alone at the end). Goal >= 0.9. cpu-ratio is this process's CPU per
-// entry, silt's ÷ the raw loop's (redis-server's is not in it).
+// entry, silt's ÷ the raw loop's (redis-server's is not in it);
+// redis-cpu-ns/item is redis-server's CPU per entry and alloc-B/item the
+// bytes this process allocated per entry, for each side.
 //
 //	go test -run '^$' -bench ConsumerStrong_Ratio -benchtime 9x ./pkg/stream
 func BenchmarkConsumerStrong_Ratio(b *testing.B) {
@@ -124,9 +126,15 @@ func BenchmarkConsumerStrong_Ratio(b *testing.B) {
 		}
 		return n
 	}
-	var siltCPU, rawCPU []float64
-	benchratio.Compare(b, benchratio.WithCPU(silt, &siltCPU), benchratio.WithCPU(raw, &rawCPU))
+	var siltCPU, rawCPU, siltServer, rawServer, siltBytes, rawBytes []float64
+	server := benchratio.RedisCPU(rdb)
+	measured := func(round benchratio.Round, cpu, srv, bytes *[]float64) benchratio.Round {
+		return benchratio.WithCPU(benchratio.Per(benchratio.Per(round, server, srv), benchratio.AllocBytes, bytes), cpu)
+	}
+	benchratio.Compare(b, measured(silt, &siltCPU, &siltServer, &siltBytes), measured(raw, &rawCPU, &rawServer, &rawBytes))
 	benchratio.ReportCPURatio(b, "cpu-ratio", siltCPU, rawCPU)
+	benchratio.ReportMedians(b, "redis-cpu-ns/item", siltServer, rawServer)
+	benchratio.ReportMedians(b, "alloc-B/item", siltBytes, rawBytes)
 }
 
 // BenchmarkConsumer_Concurrency is the worker's scaling curve: 2,000 entries

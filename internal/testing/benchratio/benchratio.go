@@ -4,10 +4,16 @@
 package benchratio
 
 import (
+	"context"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Round runs one side once and returns how many items it handled.
@@ -62,11 +68,58 @@ func Untimed(setup func()) {
 // time per item (user and system, in ns; the CPU of child processes such
 // as a co-process handler is not the process's own) to into.
 func WithCPU(round Round, into *[]float64) Round {
+	return Per(round, func(testing.TB) float64 { return float64(ProcessCPU()) }, into)
+}
+
+// Per wraps round to append, after each run, how far counter moved per
+// item to into: CPU time, bytes allocated, a server's CPU.
+func Per(round Round, counter func(testing.TB) float64, into *[]float64) Round {
 	return func(tb testing.TB) int {
-		start := ProcessCPU()
+		start := counter(tb)
 		n := round(tb)
-		*into = append(*into, float64(ProcessCPU()-start)/float64(max(n, 1)))
+		*into = append(*into, (counter(tb)-start)/float64(max(n, 1)))
 		return n
+	}
+}
+
+// ReportMedians reports the medians of two Per series as "silt-<unit>"
+// and "raw-<unit>".
+func ReportMedians(b *testing.B, unit string, silt, raw []float64) {
+	b.Helper()
+	if len(silt) > 0 && len(raw) > 0 {
+		b.ReportMetric(median(silt), "silt-"+unit)
+		b.ReportMetric(median(raw), "raw-"+unit)
+	}
+}
+
+// AllocBytes is a Per counter: the bytes the process has allocated so far
+// (runtime.MemStats.TotalAlloc).
+func AllocBytes(testing.TB) float64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.TotalAlloc)
+}
+
+// RedisCPU returns redis-server's CPU time so far (user and system, INFO
+// cpu), in ns: a Per counter with RedisCPU(rdb).
+func RedisCPU(rdb *redis.Client) func(testing.TB) float64 {
+	return func(tb testing.TB) float64 {
+		info, err := rdb.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					tb.Fatalf("INFO cpu %s: %v", line, err)
+				}
+				total += f
+			}
+		}
+		return total * float64(time.Second)
 	}
 }
 
