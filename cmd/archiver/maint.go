@@ -57,6 +57,8 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
 			fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
 			switch {
+			case !st.Settled:
+				fmt.Fprintf(tw, "completeness\tnot judged: an archiver committed and trimmed between the remote's read and the stream's count in each of the reads; read again\n")
 			case st.Complete:
 				fmt.Fprintf(tw, "completeness\tcomplete: entries added = archived + live above W\n")
 			case st.Recreated:
@@ -93,9 +95,12 @@ func archiveExposition(queue, name string, st archive.Status) *telemetry.Exposit
 	x.Gauge("silt_archive_live_entries", "Entries in the live stream (XLEN).", l, float64(st.Live))
 	x.Gauge("silt_archive_live_unarchived_entries", "Live entries above W, not archived yet.", l, float64(st.LiveUnarchived))
 	x.Gauge("silt_archive_oldest_unarchived_age_seconds", "Age of the oldest live entry above W (0: none).", l, st.OldestAgeSec)
-	x.Gauge("silt_archive_lost_outside_entries", "Entries removed outside silt (MAXLEN, XDEL): entries added - archived - live above W - trimmed unarchived.", l, float64(st.LostOutside))
 	x.Gauge("silt_archive_trimmed_unarchived_entries", "Entries archiver trim (or a trim-only policy) removed above W, recorded.", l, float64(st.TrimmedUnarchived))
-	x.Gauge("silt_archive_complete", "1 when entries added = archived + live above W.", l, b2f(st.Complete))
+	x.Gauge("silt_archive_status_settled", "1 when the counts and the remote's commit were read as one view; 0 when an archiver moved it during every read (completeness not judged).", l, b2f(st.Settled))
+	if st.Settled { // else a trim between the reads would read as a loss: no sample rather than a false one
+		x.Gauge("silt_archive_lost_outside_entries", "Entries removed outside silt (MAXLEN, XDEL): entries added - archived - live above W - trimmed unarchived.", l, float64(st.LostOutside))
+		x.Gauge("silt_archive_complete", "1 when entries added = archived + live above W.", l, b2f(st.Complete))
+	}
 	x.Gauge("silt_archive_remote_bytes", "Bytes of the live segments on the remote.", l, float64(st.RemoteBytes))
 	x.Gauge("silt_archive_segments", "Live segments on the remote.", l, float64(st.Segments))
 	x.Gauge("silt_archive_local_bytes", "Bytes under the volume's local directory.", l, float64(st.LocalBytes))

@@ -26,7 +26,13 @@ type Status struct {
 	// on purpose.
 	TrimmedUnarchived int64 `json:"trimmed_unarchived"`
 	LostOutside       int64 `json:"lost_outside"` // entries-added - archived - live unarchived - trimmed unarchived
-	Complete          bool  `json:"complete"`     // nothing trimmed unarchived or lost outside, and not Recreated
+	// Settled: the counts and the remote's commit were read as one view.
+	// When an archiver committed and trimmed between the two in every read,
+	// they were not: LostOutside, Recreated and Complete are then not
+	// judged (left zero), since the entries trimmed meanwhile would read as
+	// lost.
+	Settled  bool `json:"settled"`
+	Complete bool `json:"complete"` // settled, nothing trimmed unarchived or lost outside, and not Recreated
 	// Recreated: entries-added is below archived + live above W, which only
 	// a new stream under the same key explains (Redis restarted without
 	// persistence, FLUSHALL, DEL): how much was lost cannot be known.
@@ -50,10 +56,11 @@ type Status struct {
 // LostOutside.
 func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	s := Status{Stream: a.log.Key(), Volume: a.vol.Name()}
-	st, lsn, c, err := a.countAtHead(ctx)
+	st, lsn, c, settled, err := a.countAtHead(ctx)
 	if err != nil {
 		return s, err
 	}
+	s.Settled = settled
 	s.W, s.LSN, s.Archived, s.ArchivedBytes, s.Malformed = st.W.String(), lsn, st.Archived, st.Bytes, st.Malformed
 	s.Live, s.EntriesAdded, s.LiveUnarchived = c.Length, c.EntriesAdded, c.Length-c.Below
 	from, _ := st.W.Next()
@@ -71,11 +78,13 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	if s.TrimmedUnarchived, err = a.log.Policies().TrimmedUnarchived(ctx, a.log.Name()); err != nil {
 		return s, err
 	}
-	s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived - s.TrimmedUnarchived
-	if s.LostOutside < 0 {
-		s.Recreated, s.LostOutside = true, 0
+	if s.Settled {
+		s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived - s.TrimmedUnarchived
+		if s.LostOutside < 0 {
+			s.Recreated, s.LostOutside = true, 0
+		}
+		s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && !s.Recreated
 	}
-	s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && !s.Recreated
 	if a.log.DeadGroup() == "" {
 		ps, name := a.log.Policies(), a.log.Name()
 		if d, ok, err := DeclaredPolicy(ctx, ps, name); err != nil {
@@ -107,27 +116,32 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 // prove and trim above the watermark between the remote's read and
 // Redis's counts, and entries trimmed above the watermark read would count
 // as lost. So the remote is read again after the counts and, when it moved
-// on, all is read again (a few times; a view an archiver keeps moving is
-// returned as the last read, off by the slices it trimmed meanwhile). It
-// returns the commit's state and LSN with the counts.
-func (a *Archive) countAtHead(ctx context.Context) (st state, lsn uint64, c stream.LiveCount, err error) {
+// on, all is read again, up to statusReads times. It returns the commit's
+// state and LSN with the counts, and whether they are one view (settled):
+// when the archiver moved on during every read, they are the last read's,
+// off by the slices it trimmed meanwhile.
+func (a *Archive) countAtHead(ctx context.Context) (st state, lsn uint64, c stream.LiveCount, settled bool, err error) {
 	if err := a.vol.Refresh(ctx); err != nil {
-		return st, 0, c, err
+		return st, 0, c, false, err
 	}
-	for try := 0; ; try++ {
+	for range statusReads {
 		lsn = a.vol.Head()
 		if st, err = stateOf(a.vol.Latest()); err != nil {
-			return st, lsn, c, err
+			return st, lsn, c, false, err
 		}
 		c, err = a.log.CountLive(ctx, st.W) // at one instant: a trim between two counts would read as a loss
 		if err != nil {
-			return st, lsn, c, err
+			return st, lsn, c, false, err
 		}
 		if err := a.vol.Refresh(ctx); err != nil {
-			return st, lsn, c, err
+			return st, lsn, c, false, err
 		}
-		if a.vol.Head() == lsn || try == 4 {
-			return st, lsn, c, nil
+		if a.vol.Head() == lsn {
+			return st, lsn, c, true, nil
 		}
 	}
+	return st, lsn, c, false, nil
 }
+
+// statusReads bounds the reads of Status's view while an archiver moves it.
+const statusReads = 5
