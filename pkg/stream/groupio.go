@@ -137,7 +137,6 @@ func (a *ackSet) addAll(b ackSet) {
 	a.ids, a.records, a.gone = append(a.ids, b.ids...), append(a.records, b.records...), append(a.gone, b.gone...)
 }
 
-
 // claimed is one XAUTOCLAIM step.
 type claimed struct {
 	msgs     []message
