@@ -260,8 +260,9 @@ func (k Keyspace) StartWindows(stream, group string) string {
 type Key struct {
 	Keyspace
 	// Type is the key's role: "stream", "dead", "done", "catchup", "lease",
-	// "attempts", "windows", "replay", "archive", "kinds", "policies" or
-	// "policy-runs".
+	// "attempts", "windows", "replay", "archive", "dead-retried", "kinds",
+	// "policies", "policy-runs", "trimmed-unarchived" or "adopted" (whose
+	// Queue is the hash tag of an adopted key, any bytes a tag may hold).
 	Type string
 	// Stream is the stream the key belongs to ("" for the queue-wide keys).
 	Stream string
@@ -275,6 +276,15 @@ type Key struct {
 // ParseKey takes a key of the layout apart; ok is false when key is not
 // one of silt's (a name is invalid, a part is missing or left over).
 func ParseKey(key string) (k Key, ok bool) {
+	// A queue's hash of streams adopted under their own key is named by
+	// the hash tag of a key silt did not name (KeyspaceFor): the whole key
+	// when it has no tag, app:events say, which no queue name could be.
+	if tagged, ok := strings.CutSuffix(key, "}:adopted"); ok {
+		prefix, tag, ok := strings.Cut(tagged, ":{")
+		if ok && tag != "" && ValidateName("prefix", prefix) == nil {
+			return Key{Keyspace: Keyspace{Prefix: prefix, Queue: tag}, Type: "adopted"}, true
+		}
+	}
 	prefix, rest, ok := strings.Cut(key, ":{")
 	if !ok {
 		return Key{}, false

@@ -59,6 +59,7 @@ func TestParseKey(t *testing.T) {
 		{ks.Kinds(), stream.Key{Keyspace: ks, Type: "kinds"}},
 		{ks.Policies(), stream.Key{Keyspace: ks, Type: "policies"}},
 		{ks.PolicyRuns(), stream.Key{Keyspace: ks, Type: "policy-runs"}},
+		{ks.Adopted(), stream.Key{Keyspace: ks, Type: "adopted"}},
 	} {
 		got, ok := stream.ParseKey(c.key)
 		if !ok || got != c.want {
@@ -70,6 +71,18 @@ func TestParseKey(t *testing.T) {
 		"pfx:{q:1}:stream:a", "pfx:{q}:archive:a:live:g", "pfx:{q}:kinds:a", "pfx:{q}:done:a:g:"} {
 		if k, ok := stream.ParseKey(bad); ok {
 			t.Errorf("ParseKey(%q) = %+v, want not ok", bad, k)
+		}
+	}
+	// The hash of streams adopted under their own key is found whatever
+	// the key's hash tag holds (archiver run --all scans for it).
+	for _, key := range []string{"orders", "app:{tenant}:events", "app:events", "billing/eu west:v2"} {
+		own, _, err := stream.KeyspaceFor("pfx", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := stream.ParseKey(own.Adopted())
+		if want := (stream.Key{Keyspace: stream.Keyspace{Prefix: "pfx", Queue: stream.HashTag(key)}, Type: "adopted"}); !ok || got != want {
+			t.Errorf("ParseKey(%q), the adopted hash of %q = %+v, %v; want %+v", own.Adopted(), key, got, ok, want)
 		}
 	}
 }
