@@ -266,3 +266,64 @@ func TestRun_ApproximateTrimSaysWhyNothingWent(t *testing.T) {
 		t.Fatalf("the run does not say why it trimmed nothing: %s", errOut)
 	}
 }
+
+// archiver run --all reaches streams adopted with --key and their
+// dead-letter streams, whatever the key's hash tag holds: app:events, whose
+// tag is the whole key, is no queue name.
+func TestRun_AllReachesAdoptedStreamsAndTheirDeadLetters(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	// silt's ACL user gets the adopted keys, as docs/security.md says
+	if err := rdb.Do(ctx, "ACL", "SETUSER", testserver.SiltUser, "~app:*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"app:events", "app:{tenant}:events"} {
+		for i := range 10 {
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: map[string]any{"n": fmt.Sprint(i)}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ks, name, err := stream.KeyspaceFor("", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := stream.NewLog(rdb, ks, name, brand.EVT)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := stream.NewConsumer(l, "g", "w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Block = time.Millisecond
+		refuse := func(context.Context, stream.Delivery) error { return stream.Permanent(fmt.Errorf("refused")) }
+		if sum, err := c.Run(ctx, refuse); err != nil || sum.DeadLettered != 10 {
+			t.Fatalf("%s: %+v %v", key, sum, err)
+		}
+		if err := stream.RecordAdopted(ctx, rdb, ks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runArchiver(t, "run", "--all", "--redis", srv.URL(), "--remote", "file://"+t.TempDir(), "--keep-last", "2")
+	var res struct {
+		Streams []struct {
+			Queue, Stream string
+			Group         string `json:"dead_letters_of"`
+			Archived      int64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
+		t.Fatalf("run --all: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	type found struct{ queue, group string }
+	got := map[found]int64{}
+	for _, s := range res.Streams {
+		got[found{s.Queue, s.Group}] = s.Archived
+	}
+	for _, want := range []found{{"app:events", ""}, {"app:events", "g"}, {"tenant", ""}, {"tenant", "g"}} {
+		if got[want] != 8 {
+			t.Errorf("run --all archived %d of the 10 entries of queue %q (dead letters of %q), want 8\n%s", got[want], want.queue, want.group, out)
+		}
+	}
+}

@@ -480,6 +480,7 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", match, err)
 	}
+	owned := map[[2]string]*stream.Keyspace{} // queue (the key's hash tag) and name of each adopted stream
 	for _, q := range adopted {
 		owns, err := stream.AdoptedIn(c.Context, e.rdb, q)
 		if err != nil {
@@ -487,16 +488,33 @@ func findTargets(c *cli.Context, e *env) ([]target, error) {
 		}
 		for _, ks := range owns {
 			key, name, _ := ks.Own()
+			ks := ks
+			owned[[2]string{ks.Queue, name}] = &ks
 			if n, err := e.rdb.Exists(c.Context, key).Result(); err != nil {
 				return nil, fmt.Errorf("adopted stream %s: %w", key, err)
 			} else if n == 0 {
 				e.log.Warn("an adopted stream is gone: skipped", "key", key, "record", q.Adopted())
 				continue
 			}
-			ks := ks
 			out = append(out, target{Queue: ks.Queue, Stream: name, own: &ks})
 		}
 	}
+	// A dead-letter stream of an adopted stream is in the queue its key's
+	// hash tag names, which need not be a queue name: it takes the adopted
+	// stream's keyspace, or, its adoption record gone, is left alone.
+	kept := out[:0]
+	for _, t := range out {
+		if ks, ok := owned[[2]string{t.Queue, t.Stream}]; ok && t.Dead != "" {
+			t.own = ks
+		}
+		if t.own == nil && stream.ValidateName("queue", t.Queue) != nil {
+			e.log.Warn("dead letters of a stream adopted under its own key, whose adoption record is gone: skipped (archiver run --key KEY --dead-letters GROUP reaches them)",
+				"queue", t.Queue, "stream", t.Stream, "group", t.Dead)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	out = kept
 	slices.SortFunc(out, func(a, b target) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(out), nil
 }

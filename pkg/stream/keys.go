@@ -78,6 +78,11 @@ func HashTag(key string) string {
 	return key
 }
 
+// isTag reports whether s can be the hash tag of a key KeyspaceFor takes.
+func isTag(s string) bool {
+	return s != "" && len(s) <= maxNameLen && !strings.ContainsAny(s, "}\r\n\x00")
+}
+
 func escapeKey(key string) string {
 	var b strings.Builder
 	for i := 0; i < len(key); i++ {
@@ -276,12 +281,13 @@ type Key struct {
 // ParseKey takes a key of the layout apart; ok is false when key is not
 // one of silt's (a name is invalid, a part is missing or left over).
 func ParseKey(key string) (k Key, ok bool) {
-	// A queue's hash of streams adopted under their own key is named by
-	// the hash tag of a key silt did not name (KeyspaceFor): the whole key
-	// when it has no tag, app:events say, which no queue name could be.
+	// The keys silt keeps for a stream adopted under its own key
+	// (KeyspaceFor) are named by that key's hash tag: the whole key when it
+	// has no tag, app:events say, which no queue name could be. Every type
+	// but a stream of silt's own takes one.
 	if tagged, ok := strings.CutSuffix(key, "}:adopted"); ok {
 		prefix, tag, ok := strings.Cut(tagged, ":{")
-		if ok && tag != "" && ValidateName("prefix", prefix) == nil {
+		if ok && isTag(tag) && ValidateName("prefix", prefix) == nil {
 			return Key{Keyspace: Keyspace{Prefix: prefix, Queue: tag}, Type: "adopted"}, true
 		}
 	}
@@ -290,7 +296,8 @@ func ParseKey(key string) (k Key, ok bool) {
 		return Key{}, false
 	}
 	queue, rest, ok := strings.Cut(rest, "}:")
-	if !ok || ValidateName("prefix", prefix) != nil || ValidateName("queue", queue) != nil {
+	if !ok || ValidateName("prefix", prefix) != nil || !isTag(queue) ||
+		(ValidateName("queue", queue) != nil && strings.HasPrefix(rest, "stream:")) {
 		return Key{}, false
 	}
 	k.Keyspace = Keyspace{Prefix: prefix, Queue: queue}

@@ -73,16 +73,26 @@ func TestParseKey(t *testing.T) {
 			t.Errorf("ParseKey(%q) = %+v, want not ok", bad, k)
 		}
 	}
-	// The hash of streams adopted under their own key is found whatever
-	// the key's hash tag holds (archiver run --all scans for it).
+	// The keys silt keeps for a stream adopted under its own key parse
+	// whatever the key's hash tag holds (archiver run --all scans for the
+	// adopted hash and the dead-letter streams).
 	for _, key := range []string{"orders", "app:{tenant}:events", "app:events", "billing/eu west:v2"} {
-		own, _, err := stream.KeyspaceFor("pfx", key)
+		own, name, err := stream.KeyspaceFor("pfx", key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := stream.ParseKey(own.Adopted())
-		if want := (stream.Key{Keyspace: stream.Keyspace{Prefix: "pfx", Queue: stream.HashTag(key)}, Type: "adopted"}); !ok || got != want {
-			t.Errorf("ParseKey(%q), the adopted hash of %q = %+v, %v; want %+v", own.Adopted(), key, got, ok, want)
+		ks := stream.Keyspace{Prefix: "pfx", Queue: stream.HashTag(key)}
+		for _, c := range []struct {
+			key  string
+			want stream.Key
+		}{
+			{own.Adopted(), stream.Key{Keyspace: ks, Type: "adopted"}},
+			{own.DeadLetter(name, "g"), stream.Key{Keyspace: ks, Type: "dead", Stream: name, Group: "g"}},
+			{own.Archived(name, "g"), stream.Key{Keyspace: ks, Type: "archive", Stream: name, Group: "g"}},
+		} {
+			if got, ok := stream.ParseKey(c.key); !ok || got != c.want {
+				t.Errorf("ParseKey(%q), a key of %q = %+v, %v; want %+v", c.key, key, got, ok, c.want)
+			}
 		}
 	}
 }
