@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# P6: peak RSS of `archiver run` over a large stream ÷ over a small one.
+# P6: peak RSS of `archiver run` over a large stream ÷ over a small one;
+# also each run's wall-clock and CPU seconds.
 #
 #   scripts/bench-rss.sh [SMALL] [LARGE]     (default 100000 10000000)
 #   RUNS=3 (default): each size is measured RUNS times, interleaved, and the
@@ -29,6 +30,8 @@ peak() { # peak STREAM ENTRIES -> prints peak RSS in kB
 	/usr/bin/time -v bin/archiver run --stream "$name" --keep-last 1 --exact --data-dir "$work/$name" \
 		--slice-entries "$slice" 2>"$work/$name.time" >"$work/$name.out"
 	grep -q "\"archived\":$((n - 1))," "$work/$name.out" || { cat "$work/$name.out" "$work/$name.time" >&2; exit 1; }
+	awk -F': ' '/Elapsed \(wall clock\)/ { w = $2 } /User time/ { u = $2 } /System time/ { s = $2 }
+		END { printf "%s wall %s, cpu %.2f s\n", name, w, u + s }' name="$name" "$work/$name.time" >>"$work/times"
 	awk -F: '/Maximum resident set size/ { gsub(/ /, "", $2); print $2 }' "$work/$name.time"
 }
 
@@ -47,3 +50,5 @@ echo "entries        peak RSS (kB), median of $runs: runs"
 echo "$small         $rss_small: ${smalls[*]}"
 echo "$large         $rss_large: ${larges[*]}"
 awk -v a="$rss_large" -v b="$rss_small" 'BEGIN { printf "P6 ratio (large / small, medians): %.3f (goal <= 1.15)\n", a / b }'
+echo "time of each run (small: $small entries, large: $large):"
+cat "$work/times"
