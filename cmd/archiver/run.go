@@ -292,11 +292,12 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, er
 // runGCPercent is the collector's pace for archiver run, unless GOGC says
 // otherwise: a collection when the heap has grown by half of what the last
 // one left live, where Go's default waits for it to double. A run's live
-// heap is a slice or two in the works and the archive's index; twice that
-// made a long run's peak RSS a sixth higher than a short one's (P6), and
-// handing the freed memory back to the OS after every slice instead, which
-// held it flat, took 40% of a run's time (a full collection a slice, and
-// the next slice faulting its memory in again).
+// heap is a slice or two in the works and the archive's index. At Go's
+// default a run of 3,000,000 entries peaked about 11% above one of
+// 300,000; handing the freed memory back to the OS after every slice held
+// that flat but took 40% of a run's time (a full collection a slice, and
+// the next slice faulting its memory in again). At 50 both hold: P6 1.008
+// (scripts/bench-rss.sh).
 const runGCPercent = 50
 
 // paceCollector sets runGCPercent unless the environment sets GOGC.
