@@ -281,21 +281,15 @@ type Key struct {
 // ParseKey takes a key of the layout apart; ok is false when key is not
 // one of silt's (a name is invalid, a part is missing or left over).
 func ParseKey(key string) (k Key, ok bool) {
-	// The keys silt keeps for a stream adopted under its own key
-	// (KeyspaceFor) are named by that key's hash tag: the whole key when it
-	// has no tag, app:events say, which no queue name could be. Every type
-	// but a stream of silt's own takes one.
-	if tagged, ok := strings.CutSuffix(key, "}:adopted"); ok {
-		prefix, tag, ok := strings.Cut(tagged, ":{")
-		if ok && isTag(tag) && ValidateName("prefix", prefix) == nil {
-			return Key{Keyspace: Keyspace{Prefix: prefix, Queue: tag}, Type: "adopted"}, true
-		}
-	}
 	prefix, rest, ok := strings.Cut(key, ":{")
 	if !ok {
 		return Key{}, false
 	}
 	queue, rest, ok := strings.Cut(rest, "}:")
+	// The keys silt keeps for a stream adopted under its own key
+	// (KeyspaceFor) are in the queue its hash tag names: the whole key when
+	// it has no tag, app:events say, which no queue name could be. Every
+	// type but a stream of silt's own can be in such a queue.
 	if !ok || ValidateName("prefix", prefix) != nil || !isTag(queue) ||
 		(ValidateName("queue", queue) != nil && strings.HasPrefix(rest, "stream:")) {
 		return Key{}, false
