@@ -300,8 +300,16 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	// Workers take jobs by index: no channel operation per delivery.
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(r.c.Concurrency, len(runnable)) {
-		wg.Add(1)
+	workers := min(r.c.Concurrency, len(runnable))
+	wg.Add(workers)
+	// The waiter first, the handlers last: Go runs the goroutine started
+	// last next on this processor once this one blocks. Started after the
+	// handler, the waiter took that place, and a batch of one waited for
+	// another thread to pick its handler up: 45 µs at the median of
+	// BenchmarkLatency_Ratio/steady against 4 µs in this order.
+	allDone := make(chan struct{})
+	go func() { wg.Wait(); close(allDone) }()
+	for range workers {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(runnable)) && ctx.Err() == nil; i = next.Add(1) - 1 {
@@ -312,8 +320,6 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 			}
 		}()
 	}
-	allDone := make(chan struct{})
-	go func() { wg.Wait(); close(allDone) }()
 	select {
 	case <-allDone:
 	case <-graceOver:
