@@ -1,23 +1,25 @@
 package stream
 
 import (
-	"bytes"
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// sendWindow is recordWindow written on the sender (groupWriter). The
+// sendWindow is recordWindow written on the sender (startSender). The
 // sender is made by the first call of a run and closed by release.
 func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
 	g.senderMu.Lock()
 	if g.sender == nil && !g.noSender {
-		g.sender = newStartSender(g.rdb)
+		g.sender = newStartSender(ctx, g.rdb)
 		g.noSender = g.sender == nil
 	}
 	s := g.sender
@@ -25,10 +27,10 @@ func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi strin
 	if s == nil {
 		return nil, nil, false
 	}
-	sent, reply := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
+	sent, reply, ok := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
 		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	})
-	return sent, reply, true
+	return sent, reply, ok
 }
 
 func (g *redisGroup) release() {
@@ -40,113 +42,233 @@ func (g *redisGroup) release() {
 	}
 }
 
-// startSender writes start records on a connection of its own and says
-// when a record's bytes are written, before its reply is back: a handler
-// may start then, one round trip sooner, and its start still counts if the
-// worker is killed the next instant. What write() has handed to the kernel
-// reaches Redis after the process is gone: the kernel sends a closed
-// socket's unsent data before its FIN, and turns the close into a reset
-// (dropping that data) only when received data was left unread, which a
-// connection that reads each reply before its next record never leaves.
+// startSender writes start records on a connection of its own, from the
+// caller's goroutine, straight to the socket: a handler may start once
+// write() has returned, one round trip sooner than waiting for the reply,
+// and no goroutine stands between the read and the handler. What write()
+// has handed to the kernel reaches Redis after the process is gone: the
+// kernel sends a closed socket's unsent data before its FIN, and turns the
+// close into a reset (dropping that data) only when received data was left
+// unread, which never happens here: a record is written only once the
+// reply to the one before it has been read off the socket.
 //
-// It needs a *redis.Client, whose options make a second client with one
-// connection; on other clients (a cluster's) records wait for their reply.
+// go-redis dials the connection and runs its handshake (TLS, AUTH, SELECT,
+// CLIENT SETINFO) with a PING; from then on the sender writes each HSET
+// itself and a goroutine of its own reads the replies. It needs a
+// *redis.Client, whose options make a second client; on other clients (a
+// cluster's) records wait for their reply.
 type startSender struct {
-	rdb   *redis.Client
-	mu    sync.Mutex // one record at a time: one connection, each reply read
-	armed atomic.Pointer[pendingWrite]
+	rdb  *redis.Client
+	conn *redis.Conn // the dialled connection, held until close
+	nc   net.Conn    // its socket, written and read by the sender alone
+
+	mu      sync.Mutex
+	buf     []byte
+	waiting *sentRecord // written, its reply not read yet
+	broken  error       // the connection failed: no more records on it
 }
 
-// pendingWrite is the record being sent: sent is closed when a write to
-// the connection held marker (the record's value, which no handshake
-// command holds), or when the call ended without one.
-type pendingWrite struct {
-	marker []byte
-	sent   chan struct{}
-	once   sync.Once
+// sentRecord is a record written whose reply is to come.
+type sentRecord struct {
+	out      chan error // the outcome, buffered
+	answered chan struct{}
+	wrap     func(error) error
+	cancel   func()
 }
 
-func (p *pendingWrite) done() { p.once.Do(func() { close(p.sent) }) }
+// closedCh is a channel closed from the start: a record's "sent" once
+// write() has returned.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // newStartSender returns a sender on a connection of its own to the server
-// c talks to, or nil when c is not a *redis.Client.
-func newStartSender(c Client) *startSender {
+// c talks to, or nil when c is not a *redis.Client or the connection
+// cannot be made within ctx.
+func newStartSender(ctx context.Context, c Client) *startSender {
 	base, ok := c.(*redis.Client)
 	if !ok {
 		return nil
 	}
 	opt := *base.Options()
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 1
+	// RESP2 and no maintenance notifications: nothing but the replies to
+	// its own records ever arrives on the connection.
+	opt.Protocol = 2
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.ClientSideCache, opt.ClientSideCacheConfig = nil, nil
 	s := &startSender{rdb: redis.NewClient(&opt)}
-	s.rdb.AddHook(sentHook{s})
+	var dialled net.Conn
+	s.rdb.AddHook(dialHook(func(nc net.Conn) { dialled = nc }))
+	s.conn = s.rdb.EphemeralConn()
+	if err := s.conn.Ping(ctx).Err(); err != nil || dialled == nil {
+		s.conn.Close()
+		s.rdb.Close()
+		return nil
+	}
+	s.nc = dialled
+	go s.readReplies(bufio.NewReaderSize(dialled, 512))
 	return s
 }
 
-// hset sets field of key to value. sent is closed once the command is
-// written, or once the call failed without writing it; reply then holds
-// the outcome (an error passed through wrap), and is always sent before
-// sent closes on a failure. ctx is released once the reply is in.
-func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value string, wrap func(error) error) (sent <-chan struct{}, reply <-chan error) {
-	p := &pendingWrite{marker: []byte(value), sent: make(chan struct{})}
-	out := make(chan error, 1)
-	go func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if sentEarly {
-			p.done()
-			time.Sleep(100 * time.Millisecond)
-		}
-		s.armed.Store(p)
-		err := s.rdb.HSet(ctx, key, field, value).Err()
-		s.armed.Store(nil)
-		cancel()
-		if err != nil {
-			err = wrap(err)
-		}
-		out <- err
-		p.done()
-	}()
-	return p.sent, out
-}
-
-// close closes the sender's client once a record in flight is answered
-// (its context bounds the wait): closed under it, go-redis would log the
-// connection it hands back.
-func (s *startSender) close() {
+// hset writes HSET key field value. sent is closed, and the reply is
+// read in the background into reply (its error passed through wrap), and
+// then ctx is released through cancel. ok is false when the connection
+// has failed: record the usual way.
+func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value string, wrap func(error) error) (sent <-chan struct{}, reply <-chan error, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if w := s.waiting; w != nil {
+		// Never write with a reply unread (see startSender). The record
+		// before was answered, or is, by the time a batch needs the next.
+		s.mu.Unlock()
+		select {
+		case <-w.answered:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if s.waiting == w && s.broken == nil {
+			s.fail(fmt.Errorf("no reply to the start record before within its write timeout: %w", ctx.Err()))
+		}
+	}
+	if s.broken != nil {
+		return nil, nil, false
+	}
+	rec := &sentRecord{out: make(chan error, 1), answered: make(chan struct{}), wrap: wrap, cancel: cancel}
+	s.buf = appendCommand(s.buf[:0], "HSET", key, field, value)
+	deadline, _ := ctx.Deadline()
+	s.nc.SetDeadline(deadline) // bounds this write and the wait for its reply
+	if sentEarly {
+		// Negative control: says the record is written before it is.
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.nc.Write(s.buf)
+		}()
+		s.waiting = rec
+		return closedCh, rec.out, true
+	}
+	if _, err := s.nc.Write(s.buf); err != nil {
+		// The connection is given up; the caller records the usual way
+		// (the same HSET again, should part of this one have arrived).
+		s.fail(err)
+		return nil, nil, false
+	}
+	s.waiting = rec
+	return closedCh, rec.out, true
+}
+
+// readReplies reads the replies to the records, one line each (RESP2:
+// an integer, or an error).
+func (s *startSender) readReplies(br *bufio.Reader) {
+	for {
+		line, err := br.ReadSlice('\n')
+		s.mu.Lock()
+		w := s.waiting
+		switch {
+		case err != nil:
+			s.fail(err)
+			s.mu.Unlock()
+			return
+		case w == nil:
+			s.fail(fmt.Errorf("start record connection: a reply to no record: %q", line))
+			s.mu.Unlock()
+			return
+		}
+		s.waiting = nil
+		s.nc.SetReadDeadline(time.Time{}) // the next read waits for the next record
+		s.mu.Unlock()
+		w.answer(replyError(line))
+	}
+}
+
+// replyError is the error a one-line RESP2 reply carries, nil for an
+// integer or a status.
+func replyError(line []byte) error {
+	text := string(line[1 : len(line)-min(len(line)-1, 2)])
+	switch line[0] {
+	case ':', '+':
+		return nil
+	case '-':
+		return serverError(text)
+	}
+	return fmt.Errorf("start record connection: unexpected reply %q", line)
+}
+
+// serverError is an error reply, a redis.Error as go-redis's own are.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+func (r *sentRecord) answer(err error) {
+	if err != nil {
+		err = r.wrap(err)
+	}
+	r.cancel()
+	r.out <- err
+	close(r.answered)
+}
+
+// fail gives the connection up: the record waiting gets err. Called with
+// s.mu held.
+func (s *startSender) fail(err error) {
+	if s.broken != nil {
+		return
+	}
+	s.broken = err
+	s.nc.Close()
+	if w := s.waiting; w != nil {
+		s.waiting = nil
+		w.answer(err)
+	}
+}
+
+// close closes the sender once a record in flight is answered (its
+// context bounds the wait).
+func (s *startSender) close() {
+	s.mu.Lock()
+	w := s.waiting
+	s.mu.Unlock()
+	if w != nil {
+		<-w.answered
+	}
+	s.mu.Lock()
+	s.fail(errors.New("start sender closed"))
+	s.mu.Unlock()
+	s.conn.Close()
 	s.rdb.Close()
 }
 
-// sentHook wraps the sender's connections so that their writes are seen.
-type sentHook struct{ s *startSender }
+// appendCommand appends args as a RESP array of bulk strings.
+func appendCommand(b []byte, args ...string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
 
-func (h sentHook) DialHook(next redis.DialHook) redis.DialHook {
+// dialHook hands each connection the client dials to seen.
+type dialHook func(net.Conn)
+
+func (h dialHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			h(c)
 		}
-		return &sentConn{Conn: c, s: h.s}, nil
+		return c, err
 	}
 }
 
-func (sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
-func (sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// sentConn closes the armed record's sent once a write holding it returns.
-type sentConn struct {
-	net.Conn
-	s *startSender
-}
-
-func (c *sentConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if p := c.s.armed.Load(); p != nil && err == nil && bytes.Contains(b[:n], p.marker) {
-		p.done()
-	}
-	return n, err
 }
