@@ -58,12 +58,12 @@ type groupWriter interface {
 	// recordWindow records that every entry from stream id lo to hi that is
 	// still pending had its first start (one field per consumer, O(1)).
 	recordWindow(ctx context.Context, lo, hi string) error
-	// sendWindow is recordWindow without waiting for the reply: sent is
-	// closed once the record is written to the connection (Redis gets it
-	// even if the process dies next), reply then carries the outcome; ctx
-	// is cancelled once it is in. ok is false when the client cannot say
-	// when a record is written (use recordWindow).
-	sendWindow(ctx context.Context, cancel func(), lo, hi string) (sent <-chan struct{}, reply <-chan error, ok bool)
+	// sendWindow is recordWindow without waiting for the reply: it returns
+	// once the record is written to the connection (Redis gets it even if
+	// the process dies next); reply reads the outcome, then cancels ctx.
+	// ok is false when the client cannot say when a record is written
+	// (use recordWindow).
+	sendWindow(ctx context.Context, cancel func(), lo, hi string) (reply func() error, ok bool)
 	// release frees what sendWindow holds, at the end of a run.
 	release()
 	// dropWindow removes this consumer's window.

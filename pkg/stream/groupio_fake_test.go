@@ -128,14 +128,10 @@ func (g *fakeGroup) recordWindow(_ context.Context, lo, hi string) error {
 	return nil
 }
 
-// sendWindow records at once and answers after sent: the run reads the
-// reply as one that was not in yet.
-func (g *fakeGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
-	sent, reply := make(chan struct{}), make(chan error, 1)
+// sendWindow records at once; the run reads the reply later.
+func (g *fakeGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (func() error, bool) {
 	err := g.recordWindow(ctx, lo, hi)
-	close(sent)
-	go func() { cancel(); reply <- err }()
-	return sent, reply, true
+	return func() error { cancel(); return err }, true
 }
 
 func (g *fakeGroup) release() {}

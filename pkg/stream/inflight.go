@@ -48,7 +48,7 @@ type starts struct {
 	first *firstStarts // the batch's first step, recorded before its read ahead
 
 	mu      sync.Mutex
-	pending <-chan error // the first step's reply, when it was not in at takeFirst
+	pending func() error // reads the first step's reply, written without waiting for it
 	next    int          // jobs[:next] are recorded
 	lo      string       // the first windowed job's stream id, once there is one
 	lastAt  time.Time    // when the last step was recorded
@@ -68,7 +68,7 @@ type firstStarts struct {
 	lo    string
 	hi    brand.StreamID
 	err   error        // the record's outcome, when its reply was waited for
-	reply <-chan error // else its outcome to come: the record is written, its reply not read
+	reply func() error // else reads its outcome: the record is written, its reply not read
 }
 
 // recordFirst records the first step of a batch of new entries: as many
@@ -90,8 +90,7 @@ func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 	f := &firstStarts{lo: msgs[0].ID, hi: hi}
 	wctx, cancel := r.writeCtx(ctx)
 	if r.answered.Load() {
-		if sent, reply, ok := r.c.io.sendWindow(wctx, cancel, f.lo, msgs[n-1].ID); ok {
-			<-sent
+		if reply, ok := r.c.io.sendWindow(wctx, cancel, f.lo, msgs[n-1].ID); ok {
 			f.reply = reply
 			return f
 		}
@@ -105,18 +104,13 @@ func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 
 // takeFirst marks the jobs the batch's first step covers as started once
 // (or counts them in memory when Redis was full). Called with s.mu held,
-// before the first record. A step whose reply is not in yet counts as
-// recorded: it was written; its reply is read before the next record.
+// before the first record. A step sent without waiting for its reply
+// counts as recorded: it was written; its reply is read before the next
+// record.
 func (s *starts) takeFirst() error {
 	f := s.first
 	s.first = nil
-	if f.reply != nil {
-		select {
-		case f.err = <-f.reply:
-		default:
-			s.pending = f.reply
-		}
-	}
+	s.pending = f.reply
 	full := isOOM(f.err)
 	switch {
 	case full:
@@ -147,7 +141,7 @@ func (s *starts) settlePending() {
 	if s.pending == nil {
 		return
 	}
-	err := <-s.pending
+	err := s.pending()
 	s.pending = nil
 	switch {
 	case isOOM(err):

@@ -16,7 +16,7 @@ import (
 
 // sendWindow is recordWindow written on the sender (startSender). The
 // sender is made by the first call of a run and closed by release.
-func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (<-chan struct{}, <-chan error, bool) {
+func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi string) (func() error, bool) {
 	g.senderMu.Lock()
 	if g.sender == nil && !g.noSender {
 		g.sender = newStartSender(ctx, g.rdb)
@@ -25,12 +25,11 @@ func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi strin
 	s := g.sender
 	g.senderMu.Unlock()
 	if s == nil {
-		return nil, nil, false
+		return nil, false
 	}
-	sent, reply, ok := s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
+	return s.hset(ctx, cancel, g.windows, g.consumer, lo+" "+hi, func(err error) error {
 		return fmt.Errorf("record first handler starts %s..%s in %s: %w", lo, hi, g.windows, err)
 	})
-	return sent, reply, ok
 }
 
 func (g *redisGroup) release() {
@@ -45,40 +44,41 @@ func (g *redisGroup) release() {
 // startSender writes start records on a connection of its own, from the
 // caller's goroutine, straight to the socket: a handler may start once
 // write() has returned, one round trip sooner than waiting for the reply,
-// and no goroutine stands between the read and the handler. What write()
-// has handed to the kernel reaches Redis after the process is gone: the
-// kernel sends a closed socket's unsent data before its FIN, and turns the
-// close into a reset (dropping that data) only when received data was left
-// unread, which never happens here: a record is written only once the
-// reply to the one before it has been read off the socket.
+// and no goroutine stands between the read and the handler. Each reply is
+// read when it is asked for, or before the next record is written; no
+// goroutine wakes for it while the handlers run.
+//
+// What write() has handed to the kernel reaches Redis after the process
+// is gone: the kernel sends a closed socket's unsent data before its FIN,
+// and turns the close into a reset (dropping that data) only when received
+// data was left unread, which never happens here to a record not yet
+// delivered: a record is written only once the reply to the one before it
+// has been read off the socket.
 //
 // go-redis dials the connection and runs its handshake (TLS, AUTH, SELECT,
 // CLIENT SETINFO) with a PING; from then on the sender writes each HSET
-// itself and a goroutine of its own reads the replies. It needs a
-// *redis.Client, whose options make a second client; on other clients (a
-// cluster's) records wait for their reply.
+// and reads its reply itself. It needs a *redis.Client, whose options make
+// a second client; on other clients (a cluster's) records wait for their
+// reply.
 type startSender struct {
 	rdb  *redis.Client
 	conn *redis.Conn // the dialled connection, held until close
 	nc   net.Conn    // its socket, written and read by the sender alone
 
 	mu      sync.Mutex
+	br      *bufio.Reader
 	buf     []byte
 	waiting *sentRecord // written, its reply not read yet
 	broken  error       // the connection failed: no more records on it
 }
 
-// sentRecord is a record written whose reply is to come.
+// sentRecord is a record written; its outcome once its reply is read.
 type sentRecord struct {
-	out      chan error // the outcome, buffered
-	answered chan struct{}
-	wrap     func(error) error
-	cancel   func()
+	read   bool
+	err    error
+	wrap   func(error) error
+	cancel func()
 }
-
-// closedCh is a channel closed from the start: a record's "sent" once
-// write() has returned.
-var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // newStartSender returns a sender on a connection of its own to the server
 // c talks to, or nil when c is not a *redis.Client or the connection
@@ -104,38 +104,26 @@ func newStartSender(ctx context.Context, c Client) *startSender {
 		s.rdb.Close()
 		return nil
 	}
-	s.nc = dialled
-	go s.readReplies(bufio.NewReaderSize(dialled, 512))
+	s.nc, s.br = dialled, bufio.NewReaderSize(dialled, 512)
 	return s
 }
 
-// hset writes HSET key field value. sent is closed, and the reply is
-// read in the background into reply (its error passed through wrap), and
-// then ctx is released through cancel. ok is false when the connection
-// has failed: record the usual way.
-func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value string, wrap func(error) error) (sent <-chan struct{}, reply <-chan error, ok bool) {
+// hset writes HSET key field value and returns once it is written. reply
+// reads the reply (at most once; its error passed through wrap) and then
+// releases ctx through cancel. ok is false when the connection has failed:
+// record the usual way.
+func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value string, wrap func(error) error) (reply func() error, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.waiting; w != nil {
-		// Never write with a reply unread (see startSender). The record
-		// before was answered, or is, by the time a batch needs the next.
-		s.mu.Unlock()
-		select {
-		case <-w.answered:
-		case <-ctx.Done():
-		}
-		s.mu.Lock()
-		if s.waiting == w && s.broken == nil {
-			s.fail(fmt.Errorf("no reply to the start record before within its write timeout: %w", ctx.Err()))
-		}
-	}
+	// Never write with a reply unread (see startSender).
+	s.readReply()
 	if s.broken != nil {
-		return nil, nil, false
+		return nil, false
 	}
-	rec := &sentRecord{out: make(chan error, 1), answered: make(chan struct{}), wrap: wrap, cancel: cancel}
+	rec := &sentRecord{wrap: wrap, cancel: cancel}
 	s.buf = appendCommand(s.buf[:0], "HSET", key, field, value)
 	deadline, _ := ctx.Deadline()
-	s.nc.SetDeadline(deadline) // bounds this write and the wait for its reply
+	s.nc.SetDeadline(deadline) // bounds this write and the read of its reply
 	if sentEarly {
 		// Negative control: says the record is written before it is.
 		go func() {
@@ -144,41 +132,37 @@ func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value
 			defer s.mu.Unlock()
 			s.nc.Write(s.buf)
 		}()
-		s.waiting = rec
-		return closedCh, rec.out, true
-	}
-	if _, err := s.nc.Write(s.buf); err != nil {
+	} else if _, err := s.nc.Write(s.buf); err != nil {
 		// The connection is given up; the caller records the usual way
 		// (the same HSET again, should part of this one have arrived).
 		s.fail(err)
-		return nil, nil, false
+		return nil, false
 	}
 	s.waiting = rec
-	return closedCh, rec.out, true
+	return func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.waiting == rec {
+			s.readReply()
+		}
+		return rec.err
+	}, true
 }
 
-// readReplies reads the replies to the records, one line each (RESP2:
-// an integer, or an error).
-func (s *startSender) readReplies(br *bufio.Reader) {
-	for {
-		line, err := br.ReadSlice('\n')
-		s.mu.Lock()
-		w := s.waiting
-		switch {
-		case err != nil:
-			s.fail(err)
-			s.mu.Unlock()
-			return
-		case w == nil:
-			s.fail(fmt.Errorf("start record connection: a reply to no record: %q", line))
-			s.mu.Unlock()
-			return
-		}
-		s.waiting = nil
-		s.nc.SetReadDeadline(time.Time{}) // the next read waits for the next record
-		s.mu.Unlock()
-		w.answer(replyError(line))
+// readReply reads the reply to the record waiting, if there is one: a
+// single line (RESP2: an integer, or an error). Called with s.mu held.
+func (s *startSender) readReply() {
+	w := s.waiting
+	if w == nil {
+		return
 	}
+	line, err := s.br.ReadSlice('\n')
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	s.waiting = nil
+	w.answer(replyError(line))
 }
 
 // replyError is the error a one-line RESP2 reply carries, nil for an
@@ -204,9 +188,8 @@ func (r *sentRecord) answer(err error) {
 	if err != nil {
 		err = r.wrap(err)
 	}
+	r.read, r.err = true, err
 	r.cancel()
-	r.out <- err
-	close(r.answered)
 }
 
 // fail gives the connection up: the record waiting gets err. Called with
@@ -223,16 +206,11 @@ func (s *startSender) fail(err error) {
 	}
 }
 
-// close closes the sender once a record in flight is answered (its
-// context bounds the wait).
+// close reads a reply still due (its context bounds the wait) and closes
+// the sender.
 func (s *startSender) close() {
 	s.mu.Lock()
-	w := s.waiting
-	s.mu.Unlock()
-	if w != nil {
-		<-w.answered
-	}
-	s.mu.Lock()
+	s.readReply()
 	s.fail(errors.New("start sender closed"))
 	s.mu.Unlock()
 	s.conn.Close()

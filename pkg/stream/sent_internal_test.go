@@ -16,20 +16,20 @@ import (
 func sendOne(t *testing.T, s *startSender, key, value string, timeout time.Duration) (ok bool, err error, cancelled bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	sent, reply, ok := s.hset(ctx, cancel, key, "w1", value, func(err error) error { return fmt.Errorf("record %s: %w", value, err) })
+	reply, ok := s.hset(ctx, cancel, key, "w1", value, func(err error) error { return fmt.Errorf("record %s: %w", value, err) })
 	if !ok {
 		cancel()
 		return false, nil, false
 	}
+	done := make(chan struct{})
+	go func() { err = reply(); close(done) }()
 	select {
-	case <-sent:
-	default:
-		t.Fatal("hset returned before its record was sent")
-	}
-	select {
-	case err = <-reply:
+	case <-done:
 	case <-time.After(timeout + 5*time.Second):
 		t.Fatalf("no outcome for %s %s after %v", key, value, timeout+5*time.Second)
+	}
+	if again := reply(); again != err {
+		t.Fatalf("the reply read twice: %v, then %v", err, again)
 	}
 	return true, err, ctx.Err() != nil
 }
