@@ -74,11 +74,16 @@ type startSender struct {
 
 // sentRecord is a record written; its outcome once its reply is read.
 type sentRecord struct {
-	read   bool
-	err    error
-	wrap   func(error) error
-	cancel func()
+	deadline time.Time // its write timeout, which bounds its reply
+	err      error
+	wrap     func(error) error
+	cancel   func()
 }
+
+// lateRead is how long a reply asked for after its record's write timeout
+// is waited for: Go refuses to read a socket past its deadline, even a
+// reply that came in time and waits in the kernel's buffer.
+const lateRead = 100 * time.Millisecond
 
 // newStartSender returns a sender on a connection of its own to the server
 // c talks to, or nil when c is not a *redis.Client or the connection
@@ -120,9 +125,9 @@ func (s *startSender) hset(ctx context.Context, cancel func(), key, field, value
 	if s.broken != nil {
 		return nil, false
 	}
-	rec := &sentRecord{wrap: wrap, cancel: cancel}
-	s.buf = appendCommand(s.buf[:0], "HSET", key, field, value)
 	deadline, _ := ctx.Deadline()
+	rec := &sentRecord{deadline: deadline, wrap: wrap, cancel: cancel}
+	s.buf = appendCommand(s.buf[:0], "HSET", key, field, value)
 	s.nc.SetDeadline(deadline) // bounds this write and the read of its reply
 	if sentEarly {
 		// Negative control: says the record is written before it is.
@@ -156,6 +161,10 @@ func (s *startSender) readReply() {
 	if w == nil {
 		return
 	}
+	if !w.deadline.IsZero() && time.Now().After(w.deadline) {
+		// Asked for after its timeout (the handlers ran longer).
+		s.nc.SetReadDeadline(time.Now().Add(lateRead))
+	}
 	line, err := s.br.ReadSlice('\n')
 	if err != nil {
 		s.fail(err)
@@ -188,7 +197,7 @@ func (r *sentRecord) answer(err error) {
 	if err != nil {
 		err = r.wrap(err)
 	}
-	r.read, r.err = true, err
+	r.err = err
 	r.cancel()
 }
 

@@ -60,6 +60,25 @@ func TestStartSender_RepliesAndFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("a reply asked for after the write timeout is read", func(t *testing.T) {
+		// The handlers of a batch may run longer than the write timeout
+		// before the run asks for the reply of its first step.
+		s := newStartSender(ctx, rdb)
+		defer s.close()
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		reply, ok := s.hset(wctx, cancel, "win-late", "w1", "1-0 2-0", func(err error) error { return err })
+		if !ok {
+			t.Fatal("not sent")
+		}
+		time.Sleep(150 * time.Millisecond)
+		if err := reply(); err != nil {
+			t.Fatalf("a reply in time, read late: %v", err)
+		}
+		if ok, err, _ := sendOne(t, s, "win-late", "3-0 4-0", time.Second); !ok || err != nil {
+			t.Fatalf("the record after: ok=%v err=%v", ok, err)
+		}
+	})
+
 	t.Run("an error reply is the record's outcome, a Redis error", func(t *testing.T) {
 		s := newStartSender(ctx, rdb)
 		defer s.close()
