@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -102,4 +103,41 @@ func killedWorker(t *testing.T, addr string) {
 		return nil
 	})
 	t.Fatalf("the worker was not killed: %v", err)
+}
+
+// Handlers slower than WriteTimeout: the reply of a start record sent
+// without waiting is read after the record's own deadline has passed, and
+// the run goes on (a reply that came in time is not a timeout).
+func TestConsumer_HandlersSlowerThanTheWriteTimeout(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	l := killLog(t, rdb)
+	var ids []brand.ID
+	for i := range 4 {
+		id, err := l.Append(ctx, stream.Fields{"n": fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	c, _ := stream.NewConsumer(l, "g", "w1")
+	c.Count, c.Block, c.WriteTimeout = 1, time.Millisecond, 40*time.Millisecond
+	var got []stream.Delivery
+	sum, err := c.Run(ctx, func(_ context.Context, d stream.Delivery) error {
+		time.Sleep(120 * time.Millisecond)
+		got = append(got, d)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("run failed with handlers slower than the write timeout: %v", err)
+	}
+	if sum.Acked != int64(len(ids)) || len(got) != len(ids) {
+		t.Fatalf("acked %d, handled %d, want %d each", sum.Acked, len(got), len(ids))
+	}
+	for i, d := range got {
+		if d.ID != ids[i] || d.Attempts != 1 {
+			t.Fatalf("delivery %d: %s attempt %d, want %s attempt 1", i, d.ID, d.Attempts, ids[i])
+		}
+	}
 }
