@@ -198,7 +198,9 @@ func webhookHandler(url string, secret []byte, timeout time.Duration, retries in
 	client := retryablehttp.NewClient()
 	client.RetryMax = retries
 	client.RetryWaitMin, client.RetryWaitMax = 100*time.Millisecond, 2*time.Second
-	client.HTTPClient.Timeout = timeout
+	// No HTTPClient.Timeout: the call's context below bounds every try
+	// and the whole call, and a client timeout costs each request a timer
+	// and a goroutine of its own.
 	if t, ok := client.HTTPClient.Transport.(*http.Transport); ok {
 		// Keep a connection per handler in flight: the pooled default
 		// (GOMAXPROCS+1) closes the rest after each call, and with
