@@ -60,6 +60,7 @@ func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src 
 		size += EntryBytes(j.d.Fields)
 	}
 	err = r.process(ctx, jobs, readAt)
+	r.recycleJobs()
 	r.adapt(len(msgs), asked, size, time.Since(start))
 	if r.c.Progress != nil {
 		r.c.Progress(r.sum, len(jobs))
@@ -125,7 +126,7 @@ func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src so
 			return nil, err
 		}
 	}
-	all := make([]job, len(msgs)+len(deleted)) // one allocation for the batch
+	all := r.newJobs(len(msgs) + len(deleted))
 	jobs := make([]*job, 0, len(all))
 	for i, m := range append(msgs, deletedMessages(deleted)...) {
 		sid, err := parseSID(r.c.log.key, m.ID)
@@ -167,6 +168,31 @@ func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src so
 		r.sum.New += int64(len(jobs))
 	}
 	return jobs, nil
+}
+
+// newJobs returns n zeroed jobs in one array: the spare one when it is large
+// enough, else a new one.
+func (r *run) newJobs(n int) []job {
+	all := r.spare
+	r.spare = nil
+	if cap(all) < n {
+		all = make([]job, n)
+	}
+	r.jobArray = all[:n]
+	return r.jobArray
+}
+
+// recycleJobs keeps the batch's job array for the next batch, cleared (so
+// it holds no payload of this one), unless handlers still hold its jobs.
+func (r *run) recycleJobs() {
+	all := r.jobArray
+	r.jobArray = nil
+	if all == nil || r.handlersOut {
+		return
+	}
+	all = all[:cap(all)]
+	clear(all)
+	r.spare = all
 }
 
 // decode checks an entry's fields, decoded once from the reply; its "id"
@@ -338,6 +364,7 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	select {
 	case <-allDone:
 	case <-time.After(handlerReap):
+		r.handlersOut = true // they hold their jobs: the batch's array is not reused
 	}
 	return st.finish()
 }

@@ -57,6 +57,13 @@ type run struct {
 	// ownership (fenced).
 	readAt    time.Time
 	renewLost atomic.Bool
+	// jobs is the array the batch in hand's jobs are in; spare is the one
+	// of the batch before, cleared, which the next batch's jobs reuse: a
+	// thousand jobs are over 200 KiB, fresh memory to fault in and zero at
+	// each read. handlersOut is set when handlers outlived their batch
+	// (Grace): they hold its jobs, which then go to the collector.
+	jobArray, spare []job
+	handlersOut     bool
 }
 
 // Bounds of an adaptive read size (Consumer.Count 0): entries per read, and
