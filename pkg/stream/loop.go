@@ -57,7 +57,7 @@ type run struct {
 	// ownership (fenced).
 	readAt    time.Time
 	renewLost atomic.Bool
-	// jobs is the array the batch in hand's jobs are in; spare is the one
+	// jobArray holds the batch in hand's jobs; spare is the array
 	// of the batch before, cleared, which the next batch's jobs reuse: a
 	// thousand jobs are over 200 KiB, fresh memory to fault in and zero at
 	// each read. handlersOut is set when handlers outlived their batch
