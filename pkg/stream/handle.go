@@ -55,10 +55,7 @@ func (r *run) handle(ctx context.Context, msgs []message, deleted []string, src 
 	if err != nil {
 		return err
 	}
-	size := 0
-	for _, j := range jobs {
-		size += EntryBytes(j.d.Fields)
-	}
+	size := batchBytes(msgs)
 	err = r.process(ctx, jobs, readAt)
 	r.recycleJobs()
 	r.adapt(len(msgs), asked, size, time.Since(start))
@@ -168,6 +165,20 @@ func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src so
 		r.sum.New += int64(len(jobs))
 	}
 	return jobs, nil
+}
+
+// batchBytes is about the payload bytes of a batch read (Consumer.Count 0
+// adapts to it): counted as the reply was parsed, else from the fields.
+func batchBytes(msgs []message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.bytes > 0 {
+			n += m.bytes
+		} else {
+			n += EntryBytes(m.Fields)
+		}
+	}
+	return n
 }
 
 // newJobs returns n zeroed jobs in one array: the spare one when it is large

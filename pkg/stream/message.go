@@ -16,6 +16,7 @@ import (
 type message struct {
 	ID     string
 	Fields Fields
+	bytes  int // its names' and values' bytes, "id" included, when the reply's parse counted them (resp.messages); else 0
 }
 
 // xreadgroup builds an XREADGROUP of one stream. block < 0: no BLOCK.

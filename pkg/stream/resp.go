@@ -317,6 +317,7 @@ func (r *resp) messages() ([]message, error) {
 				return nil, err
 			}
 			f[k] = v
+			out[i].bytes += len(k) + len(v)
 		}
 		out[i].Fields = f
 	}
