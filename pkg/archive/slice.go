@@ -96,19 +96,18 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	// KeepLast, a slice carries the count of live entries at or below its
 	// watermark (folded.live) to the fold after it, which would otherwise
 	// read them all again: each fold adds its entries, each trim takes off
-	// what it removed. The count can only be high (an entry deleted or
-	// trimmed by someone else), which archives less, never more, than
-	// KeepLast allows; near the boundary it is taken again (archivable).
+	// what it removed. The count is trusted while the stream says no one
+	// else removed an entry since it was taken (archivable).
 	var proving *proof // the slice created last, being proven
 	defer func() {     // no proof outlives its run
 		if proving != nil {
 			<-proving.done
 		}
 	}()
-	f, err := a.fold(ctx, p, st, top, -1)
+	f, err := a.fold(ctx, p, st, top, uncounted)
 	for err == nil && ctx.Err() == nil && len(f.pages) > 0 {
 		ahead := make(chan folded, 1)
-		go func(after state, live int64) {
+		go func(after state, live liveBelow) {
 			nf, err := a.fold(ctx, p, after, top, live)
 			nf.err = err
 			ahead <- nf
@@ -130,13 +129,11 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		st = next
 		if !won { // the slice folded ahead assumed our commit: fold after the winner's
 			a.arenas.put(nf.blocks)
-			f, err = a.fold(ctx, p, st, top, -1)
+			f, err = a.fold(ctx, p, st, top, uncounted)
 			continue
 		}
 		f, err = nf, nf.err
-		if f.live >= 0 {
-			f.live = max(f.live-trimmed, 0)
-		}
+		f.live = f.live.trimmed(trimmed)
 	}
 	a.arenas.drop() // what follows (compaction, the next run) keeps no slice's blocks
 	_, serr := a.settle(ctx, proving, &res, progress)
@@ -236,7 +233,7 @@ type folded struct {
 	first brand.StreamID // the stream id of pages[0]
 	next  state          // the state once committed
 	bytes int64          // record bytes
-	live  int64          // live entries at or below next.W when folded (-1: not counted)
+	live  liveBelow      // live entries at or below next.W when folded
 	err   error          // of a fold run ahead
 
 	arena  []byte   // the block the next record pages are cut from
@@ -301,12 +298,12 @@ func (p *arenas) drop() {
 const maxKeptBlocks = 4 << 20 / arenaBlock
 
 // fold reads and encodes the next slice. No pages means nothing to archive.
-// live is the number of live entries at or below st.W (-1: not known).
-func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.StreamID, live int64) (f folded, err error) {
-	f = folded{next: st, live: -1}
+// live is what the run knows of the live entries at or below st.W.
+func (a *Archive) fold(ctx context.Context, p Policy, st state, top brand.StreamID, live liveBelow) (f folded, err error) {
+	f = folded{next: st, live: uncounted}
 	defer func() { // the slice's entries are live at or below its watermark too
-		if f.live >= 0 {
-			f.live += int64(len(f.pages))
+		if f.live.n >= 0 {
+			f.live.n += int64(len(f.pages))
 		}
 	}()
 	from, ok := st.W.Next()
@@ -416,31 +413,53 @@ func (f *folded) add(a *Archive, e stream.FlatEntry, size int64) error {
 	return nil
 }
 
+// liveBelow is what a run knows of the live entries at or below its
+// watermark, carried from fold to fold so that a fold need not count them
+// again: n of them (-1: not counted), and the stream's entries-added minus
+// its length (every entry ever removed from it, by anyone) when they were
+// counted, plus what the run has trimmed since.
+type liveBelow struct {
+	n, removed int64
+}
+
+var uncounted = liveBelow{n: -1}
+
+// trimmed is the count after the run's own trim removed k entries at or
+// below the watermark.
+func (l liveBelow) trimmed(k int64) liveBelow {
+	if l.n < 0 {
+		return l
+	}
+	return liveBelow{n: max(l.n-k, 0), removed: l.removed + k}
+}
+
 // archivable counts how many entries after W may go while keeping the
 // newest keep live: the stream's length minus keep minus what is still
-// live at or below W. below is that last count carried from the fold
-// before (-1: none). A carried count can only be high (an entry another
-// archiver trimmed or someone deleted), so the figure it gives can only be
-// low; when it would cut the slice short of SliceEntries, the boundary is
-// near, and both counts are taken again at one instant (stream.CountLive):
-// the length read apart from the count below would let a trim between
-// them archive more than keep allows, and a high carried count would end
-// the run short of the boundary.
-func (a *Archive) archivable(ctx context.Context, st state, keep, below int64) (n, live int64, err error) {
-	if below >= 0 {
+// live at or below W. That last count is carried from the fold before
+// (below) while the stream's own counters say that no one else removed an
+// entry since it was taken: its entries-added minus its length has grown
+// by exactly what the run trimmed. The length and both counters are read at
+// one instant (XINFO STREAM), and entries at or below W are never added, so
+// the count then is exact. Otherwise (an entry deleted, a producer's MAXLEN,
+// another archiver's trim) it is taken again, with the length, at one
+// instant (stream.CountLive), which reads every live entry at or below W on
+// the server: a run's two slices in flight, 10,000 entries of the default
+// size, blocking Redis for milliseconds.
+func (a *Archive) archivable(ctx context.Context, st state, keep int64, below liveBelow) (int64, liveBelow, error) {
+	if below.n >= 0 {
 		info, err := a.log.Info(ctx)
 		if err != nil {
-			return 0, 0, err
+			return 0, below, err
 		}
-		if n := info.Length - below - keep; n >= a.SliceEntries {
-			return n, below, nil
+		if info.EntriesAdded-info.Length == below.removed {
+			return info.Length - below.n - keep, below, nil
 		}
 	}
 	c, err := a.log.CountLive(ctx, st.W)
 	if err != nil {
-		return 0, 0, err
+		return 0, below, err
 	}
-	return c.Length - c.Below - keep, c.Below, nil
+	return c.Length - c.Below - keep, liveBelow{n: c.Below, removed: c.EntriesAdded - c.Length}, nil
 }
 
 // create commits a folded slice behind the fence and returns the commit

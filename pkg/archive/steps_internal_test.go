@@ -85,7 +85,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 			b.Fatalf("xrange read %d", n)
 		}
 		c1, t1 := benchratio.ProcessCPU(), time.Now()
-		f, err := a.fold(ctx, Policy{KeepLast: 1}, at, brand.StreamID{MS: 1 << 50}, -1)
+		f, err := a.fold(ctx, Policy{KeepLast: 1}, at, brand.StreamID{MS: 1 << 50}, uncounted)
 		if err != nil || len(f.pages) != want {
 			b.Fatalf("fold: %d pages, %v", len(f.pages), err)
 		}
