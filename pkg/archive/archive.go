@@ -69,10 +69,11 @@ type Archive struct {
 	log      *stream.Log
 	vol      *graft.Volume
 	warn     func(msg string)
-	identity string         // the archive's identity, settled by checkIdentity or CheckRemote
-	proven   brand.StreamID // the highest watermark proven against Redis's record: trims stop there
-	anchor   uint64         // the LSN of the commit proven last
-	arenas   arenas         // blocks a created slice's pages were cut from
+	identity string             // the archive's identity, settled by checkIdentity or CheckRemote
+	proven   brand.StreamID     // the highest watermark proven against Redis's record: trims stop there
+	anchor   uint64             // the LSN of the commit proven last
+	arenas   arenas             // blocks a created slice's pages were cut from
+	flat     *stream.FlatReader // a run's folds read on it
 }
 
 var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")

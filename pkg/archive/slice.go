@@ -104,6 +104,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 			<-proving.done
 		}
 	}()
+	// One fold reads at a time: the run's folds share a reader.
+	a.flat = a.log.FlatReader()
+	defer func() { a.flat.Close(); a.flat = nil }()
 	f, err := a.fold(ctx, p, st, top, uncounted)
 	for err == nil && ctx.Err() == nil && len(f.pages) > 0 {
 		ahead := make(chan folded, 1)
@@ -365,7 +368,7 @@ func (a *Archive) readAhead(ctx context.Context, from, to brand.StreamID, count 
 		defer close(out)
 		for left := count; left > 0 && from.Compare(to) <= 0; {
 			ask := min(left, readChunk)
-			entries, err := a.log.ReadFlat(ctx, from, to, ask)
+			entries, err := a.read(ctx, from, to, ask)
 			select {
 			case out <- chunk{entries, err}:
 			case <-ctx.Done():
@@ -382,6 +385,14 @@ func (a *Archive) readAhead(ctx context.Context, from, to brand.StreamID, count 
 		}
 	}()
 	return out, func() { cancel(); <-done }
+}
+
+// read reads a chunk of a fold: on the run's reader, if it has one.
+func (a *Archive) read(ctx context.Context, from, to brand.StreamID, count int64) ([]stream.FlatEntry, error) {
+	if a.flat != nil {
+		return a.flat.Read(ctx, from, to, count)
+	}
+	return a.log.ReadFlat(ctx, from, to, count)
 }
 
 // add encodes one entry as the slice's next record page.

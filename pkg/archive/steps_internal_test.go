@@ -66,6 +66,8 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		b.Fatal(err)
 	}
 	a.SliceEntries = 5000
+	a.flat = l.FlatReader() // as a run's folds read
+	defer a.flat.Close()
 	if err := a.checkIdentity(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -65,6 +67,57 @@ func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64
 		return l.flatEntries(reply)
 	}
 	return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
+}
+
+// FlatReader reads entries as ReadFlat does, for a caller that reads page
+// after page (an archive run's folds): on a connection of its own
+// (ownConn), dialled at the first read, each reply read off the socket
+// straight into the buffer its entries are cut from. Where no such
+// connection can be had (a cluster client) or once it fails, it reads
+// through ReadFlat. One goroutine reads at a time; Close releases the
+// connection.
+type FlatReader struct {
+	l      *Log
+	own    *ownConn
+	dialed bool
+}
+
+// FlatReader returns a reader of l's entries; Close it when done.
+func (l *Log) FlatReader() *FlatReader { return &FlatReader{l: l} }
+
+// Read returns up to count entries with from <= stream id <= to, as
+// ReadFlat does.
+func (r *FlatReader) Read(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
+	if !r.dialed {
+		r.dialed = true
+		r.own, _ = dialOwn(ctx, r.l.rdb) // none: ReadFlat's way
+	}
+	if r.own != nil {
+		b, err := r.own.do(ctx, r.l.replies.size(count), "XRANGE", r.l.key, from.String(), to.String(), "COUNT", strconv.FormatInt(count, 10))
+		switch {
+		case err != nil: // the connection is done with; ReadFlat reads it again
+			r.own.close()
+			r.own = nil
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, fmt.Errorf("xrange %s %s %s: %w", r.l.key, from, to, cerr)
+			}
+		case b[0] != '-': // an error reply is read again through go-redis, which says it
+			rs := &resp{s: unsafe.String(&b[0], len(b))}
+			out, err := rs.flat(r.l.key)
+			r.l.replies.learn(len(b), len(out))
+			return out, err
+		}
+	}
+	return r.l.ReadFlat(ctx, from, to, count)
+}
+
+// Close releases the reader's connection.
+func (r *FlatReader) Close() {
+	if r.own != nil {
+		r.own.close()
+		r.own = nil
+	}
+	r.dialed = true
 }
 
 // flatEntries turns an XRANGE reply that go-redis decoded, [[id, [name,

@@ -9,11 +9,13 @@ import (
 
 	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/testing/testserver"
+	"github.com/silt-dev/silt/pkg/brand"
 )
 
 // BenchmarkStreamReply reads an XRANGE of 1,000 entries of four fields
-// three ways, with their allocations: from the reply's bytes (resp.go,
-// what ReadFlat and the worker's reads do), from go-redis's decoded tree
+// four ways, with their allocations: from the reply's bytes (resp.go,
+// what ReadFlat and the worker's reads do), the same read off a
+// connection of silt's own (FlatReader, an archive run's folds), from go-redis's decoded tree
 // (Do, the path after an error reply) and with go-redis's XRangeN (a map
 // per entry), with this process's CPU per read (cpu-us/op): the round
 // trip is most of each op's wall time. With GOMAXPROCS=1 the CPU figure
@@ -44,6 +46,23 @@ func BenchmarkStreamReply(b *testing.B) {
 				e, err = r.flat("k")
 				check(b, len(e), err)
 			}
+		}
+	})
+	b.Run("own", func(b *testing.B) {
+		l := &Log{rdb: rdb, key: "k"}
+		fr := l.FlatReader()
+		defer fr.Close()
+		last := brand.StreamID{MS: 1 << 50}
+		if e, err := fr.Read(ctx, brand.StreamID{}, last, 1000); len(e) != 1000 || err != nil || fr.own == nil {
+			b.Fatalf("first read %d, %v, own connection %v", len(e), err, fr.own != nil)
+		}
+		defer cpuPerOp(b)()
+		for range b.N {
+			e, err := fr.Read(ctx, brand.StreamID{}, last, 1000)
+			check(b, len(e), err)
+		}
+		if fr.own == nil {
+			b.Fatal("the reads fell back to go-redis")
 		}
 	})
 	b.Run("tree", func(b *testing.B) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // sendWindow is recordWindow written on the sender (startSender). The
@@ -61,9 +60,8 @@ func (g *redisGroup) release() {
 // a second client; on other clients (a cluster's) records wait for their
 // reply.
 type startSender struct {
-	rdb  *redis.Client
-	conn *redis.Conn // the dialled connection, held until close
-	nc   net.Conn    // its socket, written and read by the sender alone
+	own *ownConn // the dialled connection, held until close
+	nc  net.Conn // its socket, written and read by the sender alone
 
 	mu      sync.Mutex
 	br      *bufio.Reader
@@ -89,28 +87,11 @@ const lateRead = 100 * time.Millisecond
 // c talks to, or nil when c is not a *redis.Client or the connection
 // cannot be made within ctx.
 func newStartSender(ctx context.Context, c Client) *startSender {
-	base, ok := c.(*redis.Client)
-	if !ok {
+	o, err := dialOwn(ctx, c)
+	if err != nil {
 		return nil
 	}
-	opt := *base.Options()
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 1
-	// RESP2 and no maintenance notifications: nothing but the replies to
-	// its own records ever arrives on the connection.
-	opt.Protocol = 2
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	opt.ClientSideCache, opt.ClientSideCacheConfig = nil, nil
-	s := &startSender{rdb: redis.NewClient(&opt)}
-	var dialled net.Conn
-	s.rdb.AddHook(dialHook(func(nc net.Conn) { dialled = nc }))
-	s.conn = s.rdb.EphemeralConn()
-	if err := s.conn.Ping(ctx).Err(); err != nil || dialled == nil {
-		s.conn.Close()
-		s.rdb.Close()
-		return nil
-	}
-	s.nc, s.br = dialled, bufio.NewReaderSize(dialled, 512)
-	return s
+	return &startSender{own: o, nc: o.nc, br: bufio.NewReaderSize(o.nc, 512)}
 }
 
 // hset writes HSET key field value and returns once it is written. reply
@@ -222,8 +203,7 @@ func (s *startSender) close() {
 	s.readReply()
 	s.fail(errors.New("start sender closed"))
 	s.mu.Unlock()
-	s.conn.Close()
-	s.rdb.Close()
+	s.own.close()
 }
 
 // appendCommand appends args as a RESP array of bulk strings.

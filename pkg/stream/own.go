@@ -1,0 +1,194 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// ownConn is a connection of silt's own to the server a *redis.Client
+// talks to, for the commands whose replies silt reads from their bytes
+// (resp.go): each reply is read off the socket straight into a buffer of
+// the caller's, where go-redis copies every bulk string of it through a
+// bufio.Reader and an io.LimitedReader of its own (one allocation a
+// string, a quarter of a fold's reading in a profile).
+//
+// go-redis dials it and runs its handshake (TLS, AUTH, SELECT, CLIENT
+// SETINFO) with a PING, in RESP2 and with no maintenance notifications:
+// from then on nothing arrives on it but the replies to what silt writes.
+// One goroutine uses it at a time. A connection that fails (the network, a
+// deadline, a reply that does not parse) is closed and never used again:
+// its caller goes the usual way, through go-redis.
+type ownConn struct {
+	rdb  *redis.Client
+	conn *redis.Conn // the dialled connection, held until close
+	nc   net.Conn    // its socket
+	opt  *redis.Options
+	wbuf []byte
+}
+
+// dialOwn returns a connection of its own to the server c talks to, or an
+// error when c is not a *redis.Client (a cluster's) or the connection
+// cannot be made within ctx.
+func dialOwn(ctx context.Context, c Client) (*ownConn, error) {
+	base, ok := c.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("own connection: a %T, not a *redis.Client", c)
+	}
+	opt := *base.Options()
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 1
+	opt.Protocol = 2
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.ClientSideCache, opt.ClientSideCacheConfig = nil, nil
+	o := &ownConn{rdb: redis.NewClient(&opt), opt: &opt}
+	var dialled net.Conn
+	o.rdb.AddHook(dialHook(func(nc net.Conn) { dialled = nc }))
+	o.conn = o.rdb.EphemeralConn()
+	if err := o.conn.Ping(ctx).Err(); err != nil || dialled == nil {
+		o.conn.Close()
+		o.rdb.Close()
+		return nil, fmt.Errorf("own connection: %w", cmpErr(err, errors.New("no connection dialled")))
+	}
+	o.nc = dialled
+	return o, nil
+}
+
+func cmpErr(err, or error) error {
+	if err != nil {
+		return err
+	}
+	return or
+}
+
+// close closes the connection.
+func (o *ownConn) close() {
+	o.nc.Close()
+	o.conn.Close()
+	o.rdb.Close()
+}
+
+// do writes one command and reads its reply into a new buffer of at least
+// hint bytes. The reply is the buffer's alone. An error reply comes back as
+// it is (the caller judges it); any other error leaves the connection
+// unusable: close it.
+func (o *ownConn) do(ctx context.Context, hint int, args ...string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	deadline, ok := ctx.Deadline()
+	if t := time.Now().Add(o.timeout()); !ok || t.Before(deadline) {
+		deadline = t
+	}
+	o.nc.SetDeadline(deadline)
+	// A cancelled ctx ends a read under way at once.
+	stop := context.AfterFunc(ctx, func() { o.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	o.wbuf = appendCommand(o.wbuf[:0], args...)
+	if _, err := o.nc.Write(o.wbuf); err != nil {
+		return nil, cmpErr(ctx.Err(), err)
+	}
+	b, err := readWhole(o.nc, make([]byte, 0, max(hint, minReplyBuf)))
+	if err != nil {
+		return nil, cmpErr(ctx.Err(), err)
+	}
+	return b, nil
+}
+
+// timeout bounds one command: go-redis's read timeout, its default when
+// not set (a negative one is none).
+func (o *ownConn) timeout() time.Duration {
+	switch t := o.opt.ReadTimeout; {
+	case t > 0:
+		return t
+	case t < 0:
+		return 24 * time.Hour
+	}
+	return 3 * time.Second
+}
+
+// readWhole reads one whole RESP reply from r into b and returns it. It
+// reads what the socket has, as much as b has room for, and frames the
+// reply as it comes: elements tells how many values are still to come
+// (an aggregate's header adds its elements), at is where the next one
+// starts, so a read that ends part way through a value goes on from that
+// value. Bytes past the reply's end are an error: nothing is ever written
+// on the connection while a reply is due.
+func readWhole(r io.Reader, b []byte) ([]byte, error) {
+	at, elements := 0, 1
+	for {
+		for elements > 0 {
+			next, more, ok, err := frame(b, at)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break
+			}
+			at, elements = next, elements-1+more
+		}
+		if elements == 0 {
+			if at != len(b) {
+				return nil, fmt.Errorf("own connection: %d bytes past the end of a reply", len(b)-at)
+			}
+			return b, nil
+		}
+		if len(b) == cap(b) {
+			b = slices.Grow(b, max(cap(b), 16<<10))
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil && n == 0 {
+			return nil, err
+		}
+	}
+}
+
+// frame reads the value that starts at b[at]: where the next begins and
+// how many values its header announces (an aggregate's elements, twice a
+// map's pairs). ok is false when b ends before the value does.
+func frame(b []byte, at int) (next, more int, ok bool, err error) {
+	eol := bytes.IndexByte(b[at:], '\n')
+	if eol < 0 {
+		return 0, 0, false, nil
+	}
+	line := b[at : at+eol+1]
+	next = at + eol + 1
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, 0, false, fmt.Errorf("own connection: malformed reply line %q", line)
+	}
+	kind, text := line[0], line[1:len(line)-2]
+	switch kind {
+	case '+', '-', ':', ',', '#', '_', '(':
+		return next, 0, true, nil
+	case '$', '!', '=', '*', '~', '>', '%':
+		n, err := strconv.Atoi(string(text))
+		if err != nil || n < -1 {
+			return 0, 0, false, fmt.Errorf("own connection: malformed reply header %q", line)
+		}
+		switch {
+		case n == -1: // a null
+			return next, 0, true, nil
+		case kind == '*' || kind == '~' || kind == '>':
+			return next, n, true, nil
+		case kind == '%':
+			return next, 2 * n, true, nil
+		}
+		if len(b)-next < n+2 {
+			return 0, 0, false, nil
+		}
+		if b[next+n] != '\r' || b[next+n+1] != '\n' {
+			return 0, 0, false, fmt.Errorf("own connection: a string of %d bytes not ended by CRLF", n)
+		}
+		return next + n + 2, 0, true, nil
+	}
+	return 0, 0, false, fmt.Errorf("own connection: unknown reply type %q", kind)
+}
