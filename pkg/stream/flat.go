@@ -93,7 +93,11 @@ func (r *FlatReader) Read(ctx context.Context, from, to brand.StreamID, count in
 		r.own, _ = dialOwn(ctx, r.l.rdb) // none: ReadFlat's way
 	}
 	if r.own != nil {
-		b, err := r.own.do(ctx, r.l.replies.size(count), "XRANGE", r.l.key, from.String(), to.String(), "COUNT", strconv.FormatInt(count, 10))
+		replies, err := r.own.do(ctx, 0, r.l.replies.size(count), []string{"XRANGE", r.l.key, from.String(), to.String(), "COUNT", strconv.FormatInt(count, 10)})
+		var b []byte
+		if err == nil {
+			b = replies[0]
+		}
 		switch {
 		case err != nil: // the connection is done with; ReadFlat reads it again
 			r.own.close()

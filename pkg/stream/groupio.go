@@ -160,6 +160,7 @@ type redisGroup struct {
 	senderMu sync.Mutex
 	sender   *startSender // made by the first sendWindow of a run, closed by release
 	noSender bool         // the client cannot make one
+	own      ownReads     // reads on a connection of the run's own, closed by release
 }
 
 var _ groupIO = (*redisGroup)(nil)
@@ -171,8 +172,11 @@ func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 }
 
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
-	args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
-	msgs, err := g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.size(count), args...), args)
+	msgs, _, err, ok := g.readOwn(ctx, after, -1, count, ackSet{})
+	if !ok {
+		args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
+		msgs, err = g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.size(count), args...), args)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
 	}
@@ -211,6 +215,12 @@ type readCmds interface {
 // for longer than the client's read timeout leaves room for: go-redis's
 // own XREADGROUP gives a blocking read the time it waits.
 func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
+	if msgs, ackErr, err, ok := g.readOwn(ctx, ">", block, count, acks); ok {
+		if err != nil && !isNil(err) {
+			return nil, nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
+		}
+		return msgs, ackErr, nil
+	}
 	var read func() ([]message, error)
 	queue := func(c readCmds, raw bool) {
 		if raw && (block < 0 || block+time.Second <= g.readTimeout) {

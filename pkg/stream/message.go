@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,9 +23,18 @@ type message struct {
 // xreadgroup builds an XREADGROUP of one stream. block < 0: no BLOCK.
 func xreadgroup(group, consumer, key, from string, count int64, block time.Duration) []any {
 	args := make([]any, 0, 11)
-	args = append(args, "XREADGROUP", "GROUP", group, consumer, "COUNT", count)
+	for _, a := range xreadgroupArgs(group, consumer, key, from, count, block) {
+		args = append(args, a)
+	}
+	return args
+}
+
+// xreadgroupArgs is xreadgroup's command as strings (ownConn's).
+func xreadgroupArgs(group, consumer, key, from string, count int64, block time.Duration) []string {
+	args := make([]string, 0, 11)
+	args = append(args, "XREADGROUP", "GROUP", group, consumer, "COUNT", strconv.FormatInt(count, 10))
 	if block >= 0 {
-		args = append(args, "BLOCK", block.Milliseconds())
+		args = append(args, "BLOCK", strconv.FormatInt(block.Milliseconds(), 10))
 	}
 	return append(args, "STREAMS", key, from)
 }

@@ -129,6 +129,15 @@ func TestReadRaw_ErrorReply(t *testing.T) {
 		if _, err := l.ReadFlat(ctx, First, Last, 10); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("RESP%d: XRANGE of a string: %v, want WRONGTYPE", proto, err)
 		}
+		// Acks sent with a read: their error reply is the acks' error.
+		g = &redisGroup{rdb: rdb, group: "g", consumer: "c", key: "plain", attempts: "plain-attempts"}
+		if _, ackErr, err := g.readNew(ctx, -1, 10, ackSet{ids: []string{"1-1"}, records: []string{"1-1"}}); ackErr == nil || !strings.Contains(ackErr.Error(), "WRONGTYPE") || err != nil {
+			t.Errorf("RESP%d: acks on a string key: %v, read %v; want the acks' WRONGTYPE", proto, ackErr, err)
+		}
+		if g.own.conn == nil {
+			t.Errorf("RESP%d: the reads did not go on a connection of their own", proto)
+		}
+		g.release()
 	}
 }
 

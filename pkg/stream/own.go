@@ -76,31 +76,48 @@ func (o *ownConn) close() {
 	o.rdb.Close()
 }
 
-// do writes one command and reads its reply into a new buffer of at least
-// hint bytes. The reply is the buffer's alone. An error reply comes back as
-// it is (the caller judges it); any other error leaves the connection
-// unusable: close it.
-func (o *ownConn) do(ctx context.Context, hint int, args ...string) ([]byte, error) {
+// do writes cmds in one write and reads their replies, in order, each
+// into a new buffer of its own: the last (a read's) of at least hint
+// bytes. wait is how long the server may hold the last reply (a blocking
+// read's BLOCK) beyond the connection's read timeout. A reply is its
+// buffer's alone. Error replies come back as they are (the caller judges
+// them); any other error leaves the connection unusable: close it.
+func (o *ownConn) do(ctx context.Context, wait time.Duration, hint int, cmds ...[]string) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	deadline, ok := ctx.Deadline()
-	if t := time.Now().Add(o.timeout()); !ok || t.Before(deadline) {
+	if t := time.Now().Add(o.timeout() + max(wait, 0)); !ok || t.Before(deadline) {
 		deadline = t
 	}
 	o.nc.SetDeadline(deadline)
 	// A cancelled ctx ends a read under way at once.
 	stop := context.AfterFunc(ctx, func() { o.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	o.wbuf = appendCommand(o.wbuf[:0], args...)
+	o.wbuf = o.wbuf[:0]
+	for _, args := range cmds {
+		o.wbuf = appendCommand(o.wbuf, args...)
+	}
 	if _, err := o.nc.Write(o.wbuf); err != nil {
 		return nil, cmpErr(ctx.Err(), err)
 	}
-	b, err := readWhole(o.nc, make([]byte, 0, max(hint, minReplyBuf)))
-	if err != nil {
-		return nil, cmpErr(ctx.Err(), err)
+	replies := make([][]byte, len(cmds))
+	var surplus []byte // read past the reply before: the next one's start
+	for i := range replies {
+		size := 64
+		if i == len(cmds)-1 {
+			size = max(hint, minReplyBuf)
+		}
+		b, next, err := readWhole(o.nc, append(make([]byte, 0, max(size, len(surplus))), surplus...))
+		if err != nil {
+			return nil, cmpErr(ctx.Err(), err)
+		}
+		replies[i], surplus = b, next
 	}
-	return b, nil
+	if len(surplus) > 0 { // nothing is ever due but the replies to cmds
+		return nil, fmt.Errorf("own connection: %d bytes past the end of the last reply", len(surplus))
+	}
+	return replies, nil
 }
 
 // timeout bounds one command: go-redis's read timeout, its default when
@@ -115,20 +132,20 @@ func (o *ownConn) timeout() time.Duration {
 	return 3 * time.Second
 }
 
-// readWhole reads one whole RESP reply from r into b and returns it. It
-// reads what the socket has, as much as b has room for, and frames the
-// reply as it comes: elements tells how many values are still to come
-// (an aggregate's header adds its elements), at is where the next one
-// starts, so a read that ends part way through a value goes on from that
-// value. Bytes past the reply's end are an error: nothing is ever written
-// on the connection while a reply is due.
-func readWhole(r io.Reader, b []byte) ([]byte, error) {
+// readWhole reads one whole RESP reply from r into b, after what b holds
+// already, and returns it, and what it read past its end (the start of a
+// pipeline's next reply), cut from b's spare room. It reads what the
+// socket has, as much as b has room for, and frames the reply as it
+// comes: elements tells how many values are still to come (an aggregate's
+// header adds its elements), at is where the next one starts, so a read
+// that ends part way through a value goes on from that value.
+func readWhole(r io.Reader, b []byte) (reply, surplus []byte, err error) {
 	at, elements := 0, 1
 	for {
 		for elements > 0 {
 			next, more, ok, err := frame(b, at)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if !ok {
 				break
@@ -136,10 +153,7 @@ func readWhole(r io.Reader, b []byte) ([]byte, error) {
 			at, elements = next, elements-1+more
 		}
 		if elements == 0 {
-			if at != len(b) {
-				return nil, fmt.Errorf("own connection: %d bytes past the end of a reply", len(b)-at)
-			}
-			return b, nil
+			return b[:at:at], b[at:], nil
 		}
 		if len(b) == cap(b) {
 			b = slices.Grow(b, max(cap(b), 16<<10))
@@ -147,7 +161,7 @@ func readWhole(r io.Reader, b []byte) ([]byte, error) {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if err != nil && n == 0 {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 }

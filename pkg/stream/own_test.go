@@ -46,21 +46,29 @@ func TestReadWhole_FramesAReplyCutAnywhere(t *testing.T) {
 	for _, reply := range replies {
 		for name, cut := range cuts {
 			for _, start := range []int{0, 1, 64 << 10} {
-				got, err := readWhole(cut(strings.NewReader(reply)), make([]byte, 0, start))
-				if err != nil || string(got) != reply {
-					t.Errorf("%s, buffer of %d: %q read as %q, %v", name, start, reply, got, err)
+				got, surplus, err := readWhole(cut(strings.NewReader(reply)), make([]byte, 0, start))
+				if err != nil || string(got) != reply || len(surplus) != 0 {
+					t.Errorf("%s, buffer of %d: %q read as %q and %q, %v", name, start, reply, got, surplus, err)
 				}
 			}
 		}
 	}
 }
 
-// What is not one well-formed reply is refused, never returned as one: bytes
-// past its end, a malformed header, a string not ended by CRLF, a reply
-// cut short by the connection.
-func TestReadWhole_RefusesWhatIsNotOneReply(t *testing.T) {
-	if got, err := readWhole(strings.NewReader("+OK\r\n+OK\r\n"), nil); err == nil {
-		t.Errorf("two replies read as one, %q", got)
+// What is not a well-formed reply is refused, never returned as one: a
+// malformed header, a string not ended by CRLF, a reply cut short by the
+// connection.
+func TestReadWhole_RepliesInARowAndMalformedOnes(t *testing.T) {
+	// Replies one after another (a pipeline's): each read whole, the next
+	// one's start handed on.
+	two := ":1\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n"
+	first, rest, err := readWhole(strings.NewReader(two), nil)
+	if err != nil || string(first) != ":1\r\n" || string(rest) != two[4:] {
+		t.Fatalf("first of two: %q, then %q, %v", first, rest, err)
+	}
+	second, rest, err := readWhole(strings.NewReader(""), rest)
+	if err != nil || string(second) != two[4:] || len(rest) != 0 {
+		t.Fatalf("second of two: %q, then %q, %v", second, rest, err)
 	}
 	for _, bad := range []string{
 		"$3\r\nabcd\r\n",
@@ -71,7 +79,7 @@ func TestReadWhole_RefusesWhatIsNotOneReply(t *testing.T) {
 		"*2\r\n$1\r\na\r\n",
 		"$10\r\nabc",
 	} {
-		if got, err := readWhole(iotest.OneByteReader(strings.NewReader(bad)), nil); err == nil {
+		if got, _, err := readWhole(iotest.OneByteReader(strings.NewReader(bad)), nil); err == nil {
 			t.Errorf("%q read as %q, want an error", bad, got)
 		}
 	}

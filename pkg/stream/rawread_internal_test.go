@@ -126,8 +126,9 @@ func TestReplyHint_Bounded(t *testing.T) {
 
 // TestReadNew_TornReplyIsSentAgain: a read that carries the acks of the
 // batch before (one pipeline, which go-redis never retries once it holds
-// a raw read) and loses its reply part way is sent again, acks and read,
-// and nothing is lost: the acks land, and every entry is either read or
+// a raw read) and loses its reply part way is sent again, acks and read
+// (the first cut is on the read's connection of its own, the others on
+// go-redis's), and nothing is lost: the acks land, and every entry is either read or
 // pending for the consumer (a read whose reply was lost delivered its
 // entries all the same), none read twice.
 func TestReadNew_TornReplyIsSentAgain(t *testing.T) {
@@ -153,6 +154,11 @@ func TestReadNew_TornReplyIsSentAgain(t *testing.T) {
 		}
 		if round >= 1 && round <= len(cuts) && p.Stats().Cut.Load() != int64(round) {
 			t.Fatalf("round %d: the proxy cut %d replies, want %d", round, p.Stats().Cut.Load(), round)
+		}
+		// The first cut is on the read's connection of its own, the others
+		// on go-redis's, once that connection is given up.
+		if own := g.own.conn != nil; own != (round == 0) {
+			t.Fatalf("round %d: reading on a connection of its own: %v", round, own)
 		}
 		acked = append(acked, acks.ids...)
 		acks = ackSet{}

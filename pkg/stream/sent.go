@@ -32,6 +32,7 @@ func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi strin
 }
 
 func (g *redisGroup) release() {
+	g.own.close()
 	g.senderMu.Lock()
 	defer g.senderMu.Unlock()
 	if g.sender != nil {
