@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,17 +57,10 @@ func dialOwn(ctx context.Context, c Client) (*ownConn, error) {
 	if err := o.conn.Ping(ctx).Err(); err != nil || dialled == nil {
 		o.conn.Close()
 		o.rdb.Close()
-		return nil, fmt.Errorf("own connection: %w", cmpErr(err, errors.New("no connection dialled")))
+		return nil, fmt.Errorf("own connection: %w", cmp.Or(err, errors.New("no connection dialled")))
 	}
 	o.nc = dialled
 	return o, nil
-}
-
-func cmpErr(err, or error) error {
-	if err != nil {
-		return err
-	}
-	return or
 }
 
 // close closes the connection.
@@ -99,7 +93,7 @@ func (o *ownConn) do(ctx context.Context, wait time.Duration, hint int, cmds ...
 		o.wbuf = appendCommand(o.wbuf, args...)
 	}
 	if _, err := o.nc.Write(o.wbuf); err != nil {
-		return nil, cmpErr(ctx.Err(), err)
+		return nil, cmp.Or(ctx.Err(), err)
 	}
 	replies := make([][]byte, len(cmds))
 	var surplus []byte // read past the reply before: the next one's start
@@ -110,7 +104,7 @@ func (o *ownConn) do(ctx context.Context, wait time.Duration, hint int, cmds ...
 		}
 		b, next, err := readWhole(o.nc, append(make([]byte, 0, max(size, len(surplus))), surplus...))
 		if err != nil {
-			return nil, cmpErr(ctx.Err(), err)
+			return nil, cmp.Or(ctx.Err(), err)
 		}
 		replies[i], surplus = b, next
 	}
