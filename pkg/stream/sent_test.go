@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,4 +141,72 @@ func TestConsumer_HandlersSlowerThanTheWriteTimeout(t *testing.T) {
 			t.Fatalf("delivery %d: %s attempt %d, want %s attempt 1", i, d.ID, d.Attempts, ids[i])
 		}
 	}
+}
+
+// A worker whose read connection (a connection of the run's own) is killed
+// by the server part way through a run goes on reading through go-redis:
+// the run ends without error, every entry is handled, and an entry whose
+// read lost its reply waits in the consumer's pending list, handled by the
+// next run. Nothing is lost; nothing acked is handled again.
+func TestConsumer_ReadConnectionKilledMidRun(t *testing.T) {
+	rdb := testserver.Redis(t).Client(t)
+	ctx := context.Background()
+	l := killLog(t, rdb)
+	batch := make([]stream.Fields, 3000)
+	for i := range batch {
+		batch[i] = stream.Fields{"n": fmt.Sprint(i)}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	handled := map[brand.ID]int{}
+	killed := int64(0)
+	handler := func(_ context.Context, d stream.Delivery) error {
+		handled[d.ID]++
+		if len(handled) == 1000 && killed == 0 {
+			// The reads' connection is the one whose last command is XREADGROUP.
+			list, err := rdb.ClientList(ctx).Result()
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(list, "\n") {
+				if !strings.Contains(line, "cmd=xreadgroup") {
+					continue
+				}
+				for _, f := range strings.Fields(line) {
+					if addr, ok := strings.CutPrefix(f, "addr="); ok {
+						killed += rdb.ClientKillByFilter(ctx, "ADDR", addr).Val()
+					}
+				}
+			}
+		}
+		return nil
+	}
+	c, _ := stream.NewConsumer(l, "g", "w1")
+	c.Count, c.Block = 100, time.Millisecond
+	sum, err := c.Run(ctx, handler)
+	if err != nil {
+		t.Fatalf("run with its read connection killed: %v", err)
+	}
+	if killed == 0 {
+		t.Fatal("no read connection was killed")
+	}
+	c2, _ := stream.NewConsumer(l, "g", "w1") // drains what a lost reply left pending
+	c2.Block = time.Millisecond
+	sum2, err := c2.Run(ctx, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(handled) != len(batch) || sum.Acked+sum2.Acked != int64(len(batch)) {
+		t.Fatalf("handled %d distinct entries, acked %d + %d, want %d", len(handled), sum.Acked, sum2.Acked, len(batch))
+	}
+	for id, n := range handled {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	if n := rdb.XPending(ctx, l.Key(), "g").Val().Count; n != 0 {
+		t.Fatalf("%d entries still pending", n)
+	}
+	t.Logf("killed %d connections; first run acked %d, second %d", killed, sum.Acked, sum2.Acked)
 }
