@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
