@@ -171,6 +171,18 @@ func newRedisGroup(l *Log, dead *Log, group, consumer string) *redisGroup {
 		readTimeout: readTimeoutOf(l.rdb)}
 }
 
+// release closes the run's connections of its own: its reads' and its
+// start sender's.
+func (g *redisGroup) release() {
+	g.own.close()
+	g.senderMu.Lock()
+	defer g.senderMu.Unlock()
+	if g.sender != nil {
+		g.sender.close()
+		g.sender = nil
+	}
+}
+
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
 	msgs, _, err, ok := g.readOwn(ctx, after, -1, count, ackSet{})
 	if !ok {

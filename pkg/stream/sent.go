@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // sendWindow is recordWindow written on the sender (startSender). The
@@ -31,16 +28,6 @@ func (g *redisGroup) sendWindow(ctx context.Context, cancel func(), lo, hi strin
 	})
 }
 
-func (g *redisGroup) release() {
-	g.own.close()
-	g.senderMu.Lock()
-	defer g.senderMu.Unlock()
-	if g.sender != nil {
-		g.sender.close()
-		g.sender = nil
-	}
-}
-
 // startSender writes start records on a connection of its own, from the
 // caller's goroutine, straight to the socket: a handler may start once
 // write() has returned, one round trip sooner than waiting for the reply,
@@ -55,11 +42,10 @@ func (g *redisGroup) release() {
 // delivered: a record is written only once the reply to the one before it
 // has been read off the socket.
 //
-// go-redis dials the connection and runs its handshake (TLS, AUTH, SELECT,
-// CLIENT SETINFO) with a PING; from then on the sender writes each HSET
-// and reads its reply itself. It needs a *redis.Client, whose options make
-// a second client; on other clients (a cluster's) records wait for their
-// reply.
+// The connection is an ownConn (go-redis dials it and runs its
+// handshake); the sender writes each HSET and reads its reply itself. It
+// needs a *redis.Client; on other clients (a cluster's) records wait for
+// their reply.
 type startSender struct {
 	own *ownConn // the dialled connection, held until close
 	nc  net.Conn // its socket, written and read by the sender alone
@@ -205,38 +191,4 @@ func (s *startSender) close() {
 	s.fail(errors.New("start sender closed"))
 	s.mu.Unlock()
 	s.own.close()
-}
-
-// appendCommand appends args as a RESP array of bulk strings.
-func appendCommand(b []byte, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
-}
-
-// dialHook hands each connection the client dials to seen.
-type dialHook func(net.Conn)
-
-func (h dialHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
-		if err == nil {
-			h(c)
-		}
-		return c, err
-	}
-}
-
-func (dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
