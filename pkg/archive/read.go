@@ -40,9 +40,11 @@ func (a *Archive) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[I
 		return a.ReadArchived(ctx, from, to)
 	}
 	return func(yield func(Item, error) bool) {
+		r := a.log.FlatReader() // its pages after the first on a connection of their own
+		defer r.Close()
 		cursor := from
 		for cursor.Compare(to) <= 0 {
-			live, err := a.log.ReadRaw(ctx, cursor, to, PageSize)
+			live, err := r.Read(ctx, cursor, to, PageSize)
 			if err != nil {
 				yield(Item{}, err)
 				return
@@ -72,7 +74,7 @@ func (a *Archive) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[I
 				if raw.StreamID.Compare(cursor) < 0 {
 					continue // at or below the watermark: yielded from the archive
 				}
-				e, err := a.log.Decode(raw)
+				e, err := a.log.Decode(stream.RawEntry{StreamID: raw.StreamID, Fields: raw.Fields()})
 				if !yield(Item{Entry: e, Source: SourceLive}, err) {
 					return
 				}

@@ -69,16 +69,18 @@ func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64
 	return nil, fmt.Errorf("xrange %s %s %s: %w", l.key, from, to, err)
 }
 
-// FlatReader reads entries as ReadFlat does, for a caller that reads page
-// after page (an archive run's folds): on a connection of its own
-// (ownConn), dialled at the first read, each reply read off the socket
-// straight into the buffer its entries are cut from. Where no such
-// connection can be had (a cluster client) or once it fails, it reads
-// through ReadFlat. One goroutine reads at a time; Close releases the
-// connection.
+// FlatReader reads entries as ReadFlat does, for a caller that may read
+// page after page (an archive run's folds, a long read): the first page
+// through ReadFlat, the pages after it on a connection of its own
+// (ownConn), dialled at the second read, each reply read off the socket
+// straight into the buffer its entries are cut from. A read of one page
+// dials nothing. Where no such connection can be had (a cluster client) or
+// once it fails, it reads through ReadFlat. One goroutine reads at a time;
+// Close releases the connection.
 type FlatReader struct {
 	l      *Log
 	own    *ownConn
+	reads  int
 	dialed bool
 }
 
@@ -88,6 +90,9 @@ func (l *Log) FlatReader() *FlatReader { return &FlatReader{l: l} }
 // Read returns up to count entries with from <= stream id <= to, as
 // ReadFlat does.
 func (r *FlatReader) Read(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
+	if r.reads++; r.reads == 1 {
+		return r.l.ReadFlat(ctx, from, to, count)
+	}
 	if !r.dialed {
 		r.dialed = true
 		r.own, _ = dialOwn(ctx, r.l.rdb) // none: ReadFlat's way

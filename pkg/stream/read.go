@@ -50,8 +50,10 @@ var (
 // Redis error is yielded once and ends the iteration.
 func (l *Log) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
+		r := l.FlatReader()
+		defer r.Close()
 		for from.Compare(to) <= 0 {
-			page, err := l.ReadFlat(ctx, from, to, l.PageSize)
+			page, err := r.Read(ctx, from, to, l.PageSize)
 			if err != nil {
 				yield(Entry{}, err)
 				return
