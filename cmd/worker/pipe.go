@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -70,9 +71,8 @@ func newPipeHandler(argv []string, timeout time.Duration, restarts int, env []st
 
 // coproc is one running co-process.
 type coproc struct {
-	cmd   *exec.Cmd
-	lines chan []byte   // deliveries for the writer, which coalesces them
-	quit  chan struct{} // closed by close: the writer closes stdin
+	cmd *exec.Cmd
+	in  input
 
 	mu      sync.Mutex
 	waiting map[string]pending
@@ -119,9 +119,8 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		delete(cp.waiting, id)
 		cp.mu.Unlock()
 	}()
-	select {
-	case cp.lines <- append(line, '\n'):
-	case <-cp.dead:
+	if err := cp.in.send(append(line, '\n')); err != nil {
+		cp.end(fmt.Errorf("writing to its stdin: %w", err))
 		return fmt.Errorf("co-process: %w", cp.cause())
 	}
 	var silence <-chan time.Time // --handler-timeout is kept by cp.watch, one timer for all in flight
@@ -212,8 +211,7 @@ func (p *pipeHandler) start() (*coproc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &coproc{cmd: cmd, lines: make(chan []byte, 64), quit: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{})}
-	go cp.write(stdin)
+	cp := &coproc{cmd: cmd, in: input{w: stdin}, waiting: map[string]pending{}, dead: make(chan struct{})}
 	if p.timeout > 0 {
 		go cp.watch(p.timeout)
 	}
@@ -280,7 +278,7 @@ func (p *pipeHandler) close(grace time.Duration) {
 	if cp == nil || cp.over() {
 		return
 	}
-	close(cp.quit)
+	cp.in.close()
 	select {
 	case <-cp.dead:
 	case <-time.After(grace):
@@ -332,36 +330,69 @@ func (cp *coproc) oldest() (id string, sent time.Time) {
 	return id, sent
 }
 
-// write sends the deliveries to stdin, as many as are queued in one write.
-// The handlers a read batch woke are runnable when the first line comes:
-// yielding once lets them queue theirs, so one system call (and one wake of
-// the co-process) carries a burst rather than a line.
-func (cp *coproc) write(stdin io.WriteCloser) {
-	defer stdin.Close()
-	w := bufio.NewWriterSize(stdin, 64<<10)
-	for {
-		select {
-		case line := <-cp.lines:
-			w.Write(line)
-			runtime.Gosched()
-			for more := true; more; {
-				select {
-				case line = <-cp.lines:
-					w.Write(line)
-				default:
-					more = false
-				}
-			}
-			if err := w.Flush(); err != nil {
-				cp.end(fmt.Errorf("writing to its stdin: %w", err))
-				return
-			}
-		case <-cp.quit:
-			return
-		case <-cp.dead:
-			return
+// input is the co-process's standard input, written by the handlers
+// themselves, with no goroutine between a delivery and its write: the
+// first to send while no one writes is the writer, and writes what is
+// queued until nothing is, the lines the others queued meanwhile in one
+// write. A write that blocks (a co-process that does not read) holds its
+// handler until the co-process ends (--handler-timeout, the run's end):
+// its process group is killed, and the write fails.
+type input struct {
+	w io.WriteCloser
+
+	mu      sync.Mutex
+	queued  []byte // lines waiting for the writer
+	spare   []byte // the buffer of the last write, for the next queue
+	writing bool
+	closed  bool
+}
+
+// send writes line, or queues it for the handler writing now. An error
+// is the write's that carried it.
+func (in *input) send(line []byte) error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return os.ErrClosed
+	}
+	in.queued = append(in.queued, line...)
+	if in.writing {
+		in.mu.Unlock()
+		return nil
+	}
+	in.writing = true
+	// The handlers a read batch woke are runnable now: yielding once lets
+	// them queue their lines, so one write (and one wake of the
+	// co-process) carries the burst rather than a line.
+	in.mu.Unlock()
+	runtime.Gosched()
+	in.mu.Lock()
+	for len(in.queued) > 0 {
+		b := in.queued
+		in.queued = in.spare[:0]
+		in.mu.Unlock()
+		_, err := in.w.Write(b)
+		in.mu.Lock()
+		in.spare = b
+		if err != nil {
+			in.queued = in.queued[:0] // their co-process is over: their handlers see it end
+			in.writing = false
+			in.mu.Unlock()
+			return err
 		}
 	}
+	in.writing = false
+	in.mu.Unlock()
+	return nil
+}
+
+// close closes stdin (the co-process's cue to exit); a write in progress
+// fails.
+func (in *input) close() {
+	in.mu.Lock()
+	in.closed = true
+	in.mu.Unlock()
+	in.w.Close()
 }
 
 // end records why the co-process is over, kills its process group and

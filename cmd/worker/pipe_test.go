@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 
 // coprocess answers each delivery by its payload's "do" field: ok, fail,
 // poison (permanent), garbage (a malformed line), stranger (a result for
-// another id), crash (exit 3), hang (no answer), late (answered after the
+// another id), crash (exit 3), hang (no answer), deaf (no answer, and
+// nothing read after it), late (answered after the
 // next "ok", or newest first once the input is drained: out of order).
 func coprocess(mode string) {
 	if mode == "exec" { // the same handler as an exec handler: read the delivery, succeed
@@ -93,6 +94,9 @@ func coprocess(mode string) {
 			bw.Flush()
 			os.Exit(3)
 		case "hang":
+		case "deaf":
+			bw.Flush()
+			select {} // until killed
 		}
 		if r.Buffered() == 0 { // input drained: the held ones, newest first, then flush
 			for i := len(held) - 1; i >= 0; i-- {
@@ -216,6 +220,43 @@ func TestPipe_TimeoutIsEachDeliverys(t *testing.T) {
 	}
 	if waited < timeout || waited > timeout+250*time.Millisecond {
 		t.Fatalf("the hung delivery failed after %s, want its --handler-timeout %s", waited, timeout)
+	}
+}
+
+// A co-process that stops reading its stdin holds the handler writing to
+// it once the pipe is full, and queues the others' lines behind it: its
+// --handler-timeout ends it, the write fails, and every delivery returns.
+func TestPipe_CoprocessThatStopsReading(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	p, _ := newTestPipe(t, timeout, 1)
+	ctx := context.Background()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 33)
+	wg.Go(func() { errs[0] = p.handle(ctx, delivery(0, "deaf")) })
+	time.Sleep(50 * time.Millisecond) // read before the rest are written
+	pad := strings.Repeat("x", 16<<10)
+	for i := 1; i < len(errs); i++ { // 512 KiB of lines: more than a pipe holds
+		wg.Go(func() {
+			d := delivery(i, "ok")
+			d.Fields["pad"] = pad
+			errs[i] = p.handle(ctx, d)
+		})
+	}
+	wg.Wait()
+	if waited := time.Since(start); waited > timeout+time.Second {
+		t.Fatalf("the deliveries returned after %s, want about --handler-timeout %s", waited, timeout)
+	}
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("delivery %d succeeded on a co-process that read nothing after the first", i)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "no result for "+delivery(0, "").ID.String()) {
+		t.Fatalf("the first delivery: %v", errs[0])
+	}
+	if err := p.handle(ctx, delivery(100, "ok")); err != nil { // a new co-process
+		t.Fatalf("after the restart: %v", err)
 	}
 }
 
