@@ -75,13 +75,14 @@ func (l *Log) ReadFlat(ctx context.Context, from, to brand.StreamID, count int64
 // (ownConn), dialled at the second read, each reply read off the socket
 // straight into the buffer its entries are cut from. A read of one page
 // dials nothing. Where no such connection can be had (a cluster client) or
-// once it fails, it reads through ReadFlat. One goroutine reads at a time;
-// Close releases the connection.
+// while one that failed waits to be dialled again (ownSlot), it reads
+// through ReadFlat. One goroutine reads at a time; Close releases the
+// connection.
 type FlatReader struct {
 	l      *Log
-	own    *ownConn
+	own    ownSlot
 	reads  int
-	dialed bool
+	closed bool
 }
 
 // FlatReader returns a reader of l's entries; Close it when done.
@@ -90,27 +91,19 @@ func (l *Log) FlatReader() *FlatReader { return &FlatReader{l: l} }
 // Read returns up to count entries with from <= stream id <= to, as
 // ReadFlat does.
 func (r *FlatReader) Read(ctx context.Context, from, to brand.StreamID, count int64) ([]FlatEntry, error) {
-	if r.reads++; r.reads == 1 {
+	if r.reads++; r.reads == 1 || r.closed {
 		return r.l.ReadFlat(ctx, from, to, count)
 	}
-	if !r.dialed {
-		r.dialed = true
-		r.own, _ = dialOwn(ctx, r.l.rdb) // none: ReadFlat's way
-	}
-	if r.own != nil {
-		replies, err := r.own.do(ctx, 0, r.l.replies.size(count), []string{"XRANGE", r.l.key, from.String(), to.String(), "COUNT", strconv.FormatInt(count, 10)})
-		var b []byte
-		if err == nil {
-			b = replies[0]
-		}
+	if own := r.own.get(ctx, r.l.rdb); own != nil { // none: ReadFlat's way
+		replies, err := own.do(ctx, 0, r.l.replies.size(count), []string{"XRANGE", r.l.key, from.String(), to.String(), "COUNT", strconv.FormatInt(count, 10)})
 		switch {
 		case err != nil: // the connection is done with; ReadFlat reads it again
-			r.own.close()
-			r.own = nil
+			r.own.fail()
 			if cerr := ctx.Err(); cerr != nil {
 				return nil, fmt.Errorf("xrange %s %s %s: %w", r.l.key, from, to, cerr)
 			}
-		case b[0] != '-': // an error reply is read again through go-redis, which says it
+		case replies[0][0] != '-': // an error reply is read again through go-redis, which says it
+			b := replies[0]
 			rs := &resp{s: unsafe.String(&b[0], len(b))}
 			out, err := rs.flat(r.l.key)
 			r.l.replies.learn(len(b), len(out))
@@ -122,11 +115,8 @@ func (r *FlatReader) Read(ctx context.Context, from, to brand.StreamID, count in
 
 // Close releases the reader's connection.
 func (r *FlatReader) Close() {
-	if r.own != nil {
-		r.own.close()
-		r.own = nil
-	}
-	r.dialed = true
+	r.own.drop()
+	r.closed = true
 }
 
 // flatEntries turns an XRANGE reply that go-redis decoded, [[id, [name,

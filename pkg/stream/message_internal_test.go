@@ -134,7 +134,7 @@ func TestReadRaw_ErrorReply(t *testing.T) {
 		if _, ackErr, err := g.readNew(ctx, -1, 10, ackSet{ids: []string{"1-1"}, records: []string{"1-1"}}); ackErr == nil || !strings.Contains(ackErr.Error(), "WRONGTYPE") || err != nil {
 			t.Errorf("RESP%d: acks on a string key: %v, read %v; want the acks' WRONGTYPE", proto, ackErr, err)
 		}
-		if g.own.conn == nil {
+		if g.own.slot.conn == nil {
 			t.Errorf("RESP%d: the reads did not go on a connection of their own", proto)
 		}
 		g.release()

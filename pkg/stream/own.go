@@ -28,7 +28,8 @@ import (
 // from then on nothing arrives on it but the replies to what silt writes.
 // One goroutine uses it at a time. A connection that fails (the network, a
 // deadline, a reply that does not parse) is closed and never used again:
-// its caller goes the usual way, through go-redis.
+// its caller goes the usual way, through go-redis, until its ownSlot dials
+// another.
 type ownConn struct {
 	rdb  *redis.Client
 	conn *redis.Conn // the dialled connection, held until close
@@ -68,6 +69,47 @@ func (o *ownConn) close() {
 	o.nc.Close()
 	o.conn.Close()
 	o.rdb.Close()
+}
+
+// ownSlot holds a connection of its own for one reader: dialled at first
+// use; one that failed is closed, and the next is dialled no sooner than
+// ownRedial after (until then the reader goes through go-redis), so a
+// network blip costs a long reader its own connection for a moment, not
+// for good, and a server that refuses connections is not dialled at
+// every read.
+type ownSlot struct {
+	conn    *ownConn
+	retryAt time.Time // the next dial; zero: at first use
+}
+
+// ownRedial is how long after a failure an ownSlot dials again.
+var ownRedial = 5 * time.Second
+
+// get returns the connection, dialling it when it is due; nil when there
+// is none to be had now.
+func (s *ownSlot) get(ctx context.Context, c Client) *ownConn {
+	if s.conn == nil && !time.Now().Before(s.retryAt) {
+		var err error
+		if s.conn, err = dialOwn(ctx, c); err != nil {
+			s.retryAt = time.Now().Add(ownRedial)
+		}
+	}
+	return s.conn
+}
+
+// fail closes the connection after a failure.
+func (s *ownSlot) fail() {
+	s.drop()
+	s.retryAt = time.Now().Add(ownRedial)
+}
+
+// drop closes the connection; the next get dials again.
+func (s *ownSlot) drop() {
+	if s.conn != nil {
+		s.conn.close()
+		s.conn = nil
+	}
+	s.retryAt = time.Time{}
 }
 
 // do writes cmds in one write and reads their replies, in order, each

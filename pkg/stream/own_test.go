@@ -136,12 +136,12 @@ func TestFlatReader_ReadsWhatReadFlatReads(t *testing.T) {
 				}) {
 					t.Fatalf("%s..%s count %d: %d entries, ReadFlat %d, or they differ", q.from, q.to, q.count, len(got), len(want))
 				}
-				if i == 0 && r.own != nil {
+				if i == 0 && r.own.conn != nil {
 					t.Fatal("a first read dialled a connection: a read of one page needs none")
 				}
 			}
-			if (r.own != nil) != c.own {
-				t.Fatalf("own connection in use: %v, want %v", r.own != nil, c.own)
+			if (r.own.conn != nil) != c.own {
+				t.Fatalf("own connection in use: %v, want %v", r.own.conn != nil, c.own)
 			}
 		})
 	}
@@ -163,17 +163,27 @@ func TestFlatReader_ConnectionLostOrErrorReply(t *testing.T) {
 	r := l.FlatReader()
 	defer r.Close()
 	for i := range 2 { // the second dials
-		if got, err := r.Read(ctx, ids[0], ids[299], 100); err != nil || len(got) != 100 || (r.own == nil) != (i == 0) {
-			t.Fatalf("read %d: %d, %v, own %v", i, len(got), err, r.own != nil)
+		if got, err := r.Read(ctx, ids[0], ids[299], 100); err != nil || len(got) != 100 || (r.own.conn == nil) != (i == 0) {
+			t.Fatalf("read %d: %d, %v, own %v", i, len(got), err, r.own.conn != nil)
 		}
 	}
 	// The server closes the reader's connection.
-	if n, err := rdb.ClientKillByFilter(ctx, "ADDR", r.own.nc.LocalAddr().String()).Result(); n != 1 || err != nil {
+	if n, err := rdb.ClientKillByFilter(ctx, "ADDR", r.own.conn.nc.LocalAddr().String()).Result(); n != 1 || err != nil {
 		t.Fatalf("client kill: %d, %v", n, err)
 	}
 	got, err := r.Read(ctx, ids[100], ids[299], 100)
-	if err != nil || len(got) != 100 || got[0].StreamID != ids[100] || r.own != nil {
-		t.Fatalf("read after the connection was lost: %d entries, %v, own %v", len(got), err, r.own != nil)
+	if err != nil || len(got) != 100 || got[0].StreamID != ids[100] || r.own.conn != nil {
+		t.Fatalf("read after the connection was lost: %d entries, %v, own %v", len(got), err, r.own.conn != nil)
+	}
+	// A moment later the reader dials again; until then it reads through
+	// ReadFlat.
+	if _, err := r.Read(ctx, ids[0], ids[9], 10); err != nil || r.own.conn != nil {
+		t.Fatalf("read right after the loss: %v, own %v (dialled again at once)", err, r.own.conn != nil)
+	}
+	r.own.retryAt = time.Now() // as if ownRedial had passed
+	got, err = r.Read(ctx, ids[200], ids[299], 100)
+	if err != nil || len(got) != 100 || got[0].StreamID != ids[200] || r.own.conn == nil {
+		t.Fatalf("read once the pause is over: %d entries, %v, own %v (not dialled again)", len(got), err, r.own.conn != nil)
 	}
 	// An error reply is read again through go-redis, whose error names it.
 	r2 := l.FlatReader()
@@ -186,7 +196,7 @@ func TestFlatReader_ConnectionLostOrErrorReply(t *testing.T) {
 			t.Fatalf("read %d of a string key: %v, want WRONGTYPE", i, err)
 		}
 	}
-	if r2.own == nil {
+	if r2.own.conn == nil {
 		t.Fatal("an error reply gave the connection up")
 	}
 	if got, err := r2.Read(ctx, ids[0], ids[299], 1000); err == nil && len(got) != 0 {
@@ -208,7 +218,7 @@ func TestFlatReader_CancelEndsARead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r.own == nil {
+	if r.own.conn == nil {
 		t.Fatal("no connection of its own after two reads")
 	}
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err(); err != nil {
@@ -222,7 +232,41 @@ func TestFlatReader_CancelEndsARead(t *testing.T) {
 	if took := time.Since(start); !errors.Is(err, context.Canceled) || took > time.Second {
 		t.Fatalf("read under a pause, cancelled after 100ms: %v after %s", err, took)
 	}
-	if r.own != nil {
+	if r.own.conn != nil {
 		t.Fatal("a connection with a reply due is kept")
+	}
+}
+
+// An ownSlot dials at first use; after a failure it holds no connection
+// until ownRedial has passed, then dials a new one; a dial that fails (a
+// cluster client: none to be had) waits as long before the next.
+func TestOwnSlot_DialsAgainAfterAPause(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.Redis(t).Client(t)
+	var s ownSlot
+	defer s.drop()
+	first := s.get(ctx, rdb)
+	if first == nil || s.get(ctx, rdb) != first {
+		t.Fatalf("first use: %v, then %v", first, s.get(ctx, rdb))
+	}
+	s.fail()
+	if c := s.get(ctx, rdb); c != nil {
+		t.Fatal("dialled again at once after a failure")
+	}
+	s.retryAt = time.Now().Add(-time.Millisecond) // as if ownRedial had passed
+	again := s.get(ctx, rdb)
+	if again == nil || again == first {
+		t.Fatalf("after the pause: %v (the first was %v)", again, first)
+	}
+	if err := again.conn.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the new connection: %v", err)
+	}
+	s.drop()
+	if s.get(ctx, rdb) == nil {
+		t.Fatal("not dialled after drop")
+	}
+	var none ownSlot
+	if c := none.get(ctx, redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})); c != nil || !none.retryAt.After(time.Now()) {
+		t.Fatalf("a cluster client: %v, next dial at %v", c, none.retryAt)
 	}
 }

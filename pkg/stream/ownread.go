@@ -14,12 +14,11 @@ import (
 // buffer its entries are cut from. The connection is dialled by the first
 // read of a run and closed by release. A read that finds it in use (reads
 // are one at a time but for a drain beside a read ahead), or that cannot
-// have one (a cluster client), goes through go-redis; a connection that
-// fails is given up for the run.
+// have one (a cluster client), goes through go-redis, as do the reads
+// while one that failed waits to be dialled again (ownSlot).
 type ownReads struct {
-	mu     sync.Mutex
-	conn   *ownConn
-	dialed bool
+	mu   sync.Mutex
+	slot ownSlot
 }
 
 // take returns the connection, held until done is called, or nil.
@@ -27,32 +26,22 @@ func (o *ownReads) take(ctx context.Context, c Client) (conn *ownConn, done func
 	if !o.mu.TryLock() {
 		return nil, nil
 	}
-	if !o.dialed {
-		o.dialed = true
-		o.conn, _ = dialOwn(ctx, c) // none: go-redis's way
-	}
-	if o.conn == nil {
+	if conn = o.slot.get(ctx, c); conn == nil { // none: go-redis's way
 		o.mu.Unlock()
 		return nil, nil
 	}
-	return o.conn, o.mu.Unlock
+	return conn, o.mu.Unlock
 }
 
 // fail gives the connection up; called while it is held.
-func (o *ownReads) fail() {
-	o.conn.close()
-	o.conn = nil
-}
+func (o *ownReads) fail() { o.slot.fail() }
 
-// close closes the connection once no read holds it.
+// close closes the connection once no read holds it; the next run dials
+// again.
 func (o *ownReads) close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.conn != nil {
-		o.conn.close()
-		o.conn = nil
-	}
-	o.dialed = false // the next run dials again
+	o.slot.drop()
 }
 
 // readOwn sends acks (none: no XACK) and an XREADGROUP from after on the

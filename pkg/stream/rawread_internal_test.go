@@ -157,7 +157,7 @@ func TestReadNew_TornReplyIsSentAgain(t *testing.T) {
 		}
 		// The first cut is on the read's connection of its own, the others
 		// on go-redis's, once that connection is given up.
-		if own := g.own.conn != nil; own != (round == 0) {
+		if own := g.own.slot.conn != nil; own != (round == 0) {
 			t.Fatalf("round %d: reading on a connection of its own: %v", round, own)
 		}
 		acked = append(acked, acks.ids...)
