@@ -84,7 +84,7 @@ func (a *acker) send(ctx context.Context, set ackSet) ([]string, error) {
 	}
 	lost, err := r.c.io.ackOwned(ctx, set)
 	if len(lost) > 0 {
-		r.c.Logger.Warn(fmt.Sprintf("%d finished entries were reclaimed by a peer while this batch ran past --min-idle %s: not acked here, the peer handles them (lengthen --min-idle beyond the longest handler)",
+		r.c.Logger.Warn(fmt.Sprintf("%d finished entries were reclaimed by a peer while this batch ran past its MinIdle %s: not acked here, the peer handles them (lengthen Consumer.MinIdle, worker run --min-idle, beyond the longest handler)",
 			len(lost), r.c.MinIdle), "first", lost[0])
 	}
 	return lost, err
