@@ -49,7 +49,9 @@ type Keyspace struct {
 // (a stream other producers already write, such as "orders" or
 // "app:{tenant}:events"), and the name silt's keys use for it: the key with
 // every byte outside [A-Za-z0-9.-] escaped as _XX. The queue is the key's
-// hash tag, as Redis Cluster reads it, so silt's keys share the key's slot.
+// hash tag, as Redis Cluster reads it, so silt's keys share the key's slot;
+// a key hashed whole that holds a '}' ("a}b", "{}a") has no tag silt's keys
+// could carry, and is refused (ErrBadName).
 func KeyspaceFor(prefix, key string) (Keyspace, string, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -64,7 +66,12 @@ func KeyspaceFor(prefix, key string) (Keyspace, string, error) {
 	if len(name) > maxNameLen {
 		return Keyspace{}, "", fmt.Errorf("stream key %.40q: too long once escaped (%d bytes, at most %d): %w", key, len(name), maxNameLen, ErrBadName)
 	}
-	return Keyspace{Prefix: prefix, Queue: HashTag(key), own: key, ownName: name}, name, nil
+	tag := HashTag(key)
+	if !isTag(tag) { // "a}b", "{}a": hashed whole, by a tag that ends at its '}'
+		return Keyspace{}, "", fmt.Errorf("stream key %.40q: Redis Cluster hashes it whole, and a hash tag cannot hold its '}', so silt's keys for it could not share its slot; "+
+			"give the key a hash tag, as in app:{tenant}:events: %w", key, ErrBadName)
+	}
+	return Keyspace{Prefix: prefix, Queue: tag, own: key, ownName: name}, name, nil
 }
 
 // HashTag returns the part of key Redis Cluster hashes: the bytes between

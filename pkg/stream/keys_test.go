@@ -116,4 +116,18 @@ func TestKeyspaceFor(t *testing.T) {
 	if _, _, err := stream.KeyspaceFor("", "bad\nkey"); !errors.Is(err, stream.ErrBadName) {
 		t.Errorf("a key with a line break: %v", err)
 	}
+	// Hashed whole, with a '}': no hash tag of silt's keys hashes as the key.
+	for _, key := range []string{"a}b", "{}a", "x}{y"} {
+		if _, _, err := stream.KeyspaceFor("", key); !errors.Is(err, stream.ErrBadName) || !strings.Contains(err.Error(), "hash tag") {
+			t.Errorf("%q: %v", key, err)
+		}
+	}
+	// A tag that opens and never closes is the whole key, which a tag can hold.
+	ks, name, err := stream.KeyspaceFor("", "a{b")
+	if err != nil || ks.Queue != "a{b" || stream.HashTag(ks.Kinds()) != "a{b" {
+		t.Errorf("a{b: %v, queue %q", err, ks.Queue)
+	}
+	if k, ok := stream.ParseKey(ks.Kinds()); !ok || k.Queue != "a{b" || name != "a_7Bb" {
+		t.Errorf("a{b (named %q): its keys are not parsed back: %+v", name, k)
+	}
 }
