@@ -200,6 +200,7 @@ func TestPipe_BreaksRestartThenStopTheRun(t *testing.T) {
 func TestPipe_TimeoutIsEachDeliverys(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	p, _ := newTestPipe(t, timeout, 1)
+	p.inFlight = 1 // one at a time, as --concurrency 1 sends them
 	ctx := context.Background()
 	start := time.Now()
 	for i := 0; time.Since(start) < 3*timeout; i++ {

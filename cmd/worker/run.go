@@ -162,6 +162,7 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, *pipeHandl
 		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, env, secrets, log), nil, nil
 	case c.String("pipe") != "":
 		p := newPipeHandler([]string{"sh", "-c", c.String("pipe")}, timeout, c.Int("pipe-restarts"), env, secrets, log, func(error) {})
+		p.inFlight = c.Int("concurrency")
 		return p.handle, p, nil
 	case c.NArg() > 0:
 		return execHandler(c.Args().Slice(), timeout, env, secrets, log), nil, nil
