@@ -59,6 +59,8 @@ type pipeHandler struct {
 	stop     func(error) // ends the run when restarts are spent
 	inFlight int         // the most deliveries in flight at once (--concurrency); 0: many
 
+	live atomic.Pointer[coproc] // cur, read without mu while it runs
+
 	mu      sync.Mutex
 	cur     *coproc
 	starts  int
@@ -76,8 +78,8 @@ type coproc struct {
 	in  input
 
 	mu      sync.Mutex
-	waiting map[string]pending
-	dead    chan struct{} // closed once it is over
+	waiting map[string]pending // taken out by whoever sends its result: the reader, or end
+	dead    chan struct{}      // closed once it is over
 	why     error
 
 	answered atomic.Bool // a line came on its stdout
@@ -107,22 +109,22 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		return err
 	}
 	id := doc.ID
-	ch := make(chan pipeResult, 1)
+	ch := resultChans.Get().(chan pipeResult)
 	cp.mu.Lock()
+	if cp.why != nil { // ended since running(): its waiters were told already
+		cp.mu.Unlock()
+		resultChans.Put(ch)
+		return fmt.Errorf("co-process: %w", cp.cause())
+	}
 	if _, dup := cp.waiting[id]; dup {
 		cp.mu.Unlock()
+		resultChans.Put(ch)
 		return fmt.Errorf("co-process: %s is already in flight", id)
 	}
 	cp.waiting[id] = pending{result: ch, sent: time.Now()}
 	cp.mu.Unlock()
-	defer func() {
-		cp.mu.Lock()
-		delete(cp.waiting, id)
-		cp.mu.Unlock()
-	}()
 	if err := cp.in.send(append(line, '\n')); err != nil {
 		cp.end(fmt.Errorf("writing to its stdin: %w", err))
-		return fmt.Errorf("co-process: %w", cp.cause())
 	}
 	var silence <-chan time.Time // --handler-timeout is kept by cp.watch, one timer for all in flight
 	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
@@ -144,24 +146,37 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 			}
 			continue
 		case r := <-ch:
+			// Its sender took it out of waiting: nothing else will send on
+			// ch, which serves the next delivery.
+			resultChans.Put(ch)
 			switch {
+			case r.OK == nil: // the co-process is over (end)
+				return fmt.Errorf("co-process: %w", cp.cause())
 			case *r.OK:
 				return nil
 			case r.Permanent:
 				return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
 			}
 			return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
-		case <-cp.dead:
-			return fmt.Errorf("co-process: %w", cp.cause())
 		case <-ctx.Done():
+			cp.mu.Lock()
+			delete(cp.waiting, id) // a result still on its way goes to ch, which is dropped
+			cp.mu.Unlock()
 			return fmt.Errorf("co-process: %w", context.Cause(ctx))
 		}
 	}
 }
 
+// resultChans holds the channels a delivery's result comes on, one per
+// delivery in flight, reused once their one result is taken.
+var resultChans = sync.Pool{New: func() any { return make(chan pipeResult, 1) }}
+
 // running returns the live co-process, starting one when there is none, at
 // most 1 + restarts times in a run.
 func (p *pipeHandler) running() (*coproc, error) {
+	if cp := p.live.Load(); cp != nil && !cp.over() {
+		return cp, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cur != nil && !p.cur.over() {
@@ -189,6 +204,7 @@ func (p *pipeHandler) running() (*coproc, error) {
 	}
 	p.starts++
 	p.cur = cp
+	p.live.Store(cp)
 	return cp, nil
 }
 
@@ -402,7 +418,8 @@ func (in *input) close() {
 }
 
 // end records why the co-process is over, kills its process group and
-// wakes every delivery waiting on it. Only the first reason is kept.
+// wakes every delivery waiting on it with a result of no verdict. Only the
+// first reason is kept.
 func (cp *coproc) end(why error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -414,6 +431,10 @@ func (cp *coproc) end(why error) {
 		cp.cmd.Cancel() // the whole group
 	}
 	close(cp.dead)
+	for id, pd := range cp.waiting {
+		delete(cp.waiting, id)
+		pd.result <- pipeResult{} // no OK: over
+	}
 }
 
 func (cp *coproc) over() bool {
