@@ -52,7 +52,7 @@ BEGIN {
 	id["Metrics_Ratio"] = "P1m";            goal["P1m"] = ">= 0.95"; cmd["P1m"] = "-bench Metrics_Ratio ./cmd/worker"
 	id["Latency_Ratio/steady"] = "P9";      goal["P9"] = "<= 1.2";   cmd["P9"] = "-bench Latency_Ratio ./pkg/stream (p99 worker ÷ raw BLOCK loop, 1,000/s)"
 	id["Latency_Ratio/burst"] = "P9 burst"; goal["P9 burst"] = "<= 1.2"; cmd["P9 burst"] = "the same, bursts of 200"
-	id["Pipe_Ratio/stdout"] = "P10";        goal["P10"] = ">= 0.5";  cmd["P10"] = "-bench Pipe_Ratio ./cmd/worker"
+	id["Pipe_Ratio/stdout"] = "P10 wall";   goal["P10 wall"] = "none";  cmd["P10 wall"] = "-bench Pipe_Ratio ./cmd/worker (wall clock, printed beside P10 cpu: the co-process, the user'"'"'s code, shares the cores)"
 	id["Pipe_Ratio/stdout cpu"] = "P10 cpu"; goal["P10 cpu"] = "<= 2";  cmd["P10 cpu"] = "the same (the worker'"'"'s own CPU per entry, --pipe ÷ --stdout)"
 	id["Pipe_Ratio/exec"] = "P10b";         goal["P10b"] = ">= 50";  cmd["P10b"] = "the same"
 	id["ConsumerStrong_Ratio"] = "P11";     goal["P11"] = ">= 0.9";  cmd["P11"] = "-bench ConsumerStrong_Ratio ./pkg/stream"
