@@ -299,3 +299,40 @@ func TestLoop_AcksQuickBatchesOnceSlowOnesAsTheyGo(t *testing.T) {
 		})
 	}
 }
+
+// Handlers take their jobs in order but may reach their start record in
+// another: the handler of job 5 before those of 2 and 3. Every job's start
+// is still recorded before its handler runs, and each gets its Attempts: a
+// step begun at 5 once counted 2, 3 and 4 as recorded with no start of
+// theirs written (a repeated start, such as job 3's, went uncounted).
+func TestStarts_RecordedInJobOrderWhateverOrderHandlersAsk(t *testing.T) {
+	g, c := newFakeGroup(t, 8)
+	r := newRun(c, nil)
+	r.window = 2
+	r.answered.Store(true)
+	jobs := make([]*job, len(g.entries))
+	for i, m := range g.entries {
+		sid, _ := brand.ParseStreamID(m.ID)
+		jobs[i] = &job{sid: m.ID, d: Delivery{StreamID: sid}}
+	}
+	jobs[3].prior = 2 // started twice before: recorded alone, as 3
+	st := r.newStarts(jobs, nil)
+	ctx := context.Background()
+	for _, i := range []int{0, 1, 5, 2, 3, 4, 7, 6} {
+		if err := st.record(ctx, i); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if jobs[i].d.Attempts != jobs[i].prior+1 || !jobs[i].recorded {
+			t.Fatalf("job %d runs with Attempts %d (recorded %v), want %d", i, jobs[i].d.Attempts, jobs[i].recorded, jobs[i].prior+1)
+		}
+	}
+	if err := st.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.starts[jobs[3].sid]; got != 3 {
+		t.Errorf("job 3's starts recorded: %d, want 3", got)
+	}
+	if want := jobs[0].sid + " " + jobs[7].sid; g.window != want {
+		t.Errorf("window of first starts %q, want %q", g.window, want)
+	}
+}

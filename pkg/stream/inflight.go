@@ -162,42 +162,54 @@ func (s *starts) finish() error {
 
 // record makes sure jobs[i]'s start is recorded before its handler runs,
 // and sets its Attempts. An error means the handler must not run.
+//
+// Steps are recorded in job order, from the first job not yet recorded:
+// handlers take their jobs in order, but may reach here in another (the
+// handler of job 5 before those of 2, 3 and 4), and a step begun at 5 would
+// count 2, 3 and 4 as recorded (jobs[:next]) with no start of theirs
+// written.
 func (s *starts) record(ctx context.Context, i int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.first != nil && s.err == nil {
 		s.err = s.takeFirst()
 	}
-	if s.err != nil || i < s.next {
-		return s.err
+	for s.err == nil && s.next <= i {
+		s.err = s.step(ctx)
 	}
+	return s.err
+}
+
+// step records the starts of the next step, from jobs[next]. Called with
+// s.mu held.
+func (s *starts) step(ctx context.Context) error {
 	// The step written without its reply is answered before the next: the
 	// window's later extent must not land before its earlier one.
 	if s.settlePending(); s.err != nil {
 		return s.err
 	}
 	s.adapt()
-	end := i + 1
-	if s.jobs[i].prior == 0 { // a first start: a step of first starts
-		for end < len(s.jobs) && end-i < s.r.window && s.jobs[end].prior == 0 {
+	start := s.next
+	end := start + 1
+	if s.jobs[start].prior == 0 { // a first start: a step of first starts
+		for end < len(s.jobs) && end-start < s.r.window && s.jobs[end].prior == 0 {
 			end++
 		}
 	}
 	wctx, cancel := s.r.writeCtx(ctx)
 	defer cancel()
-	if err := s.write(wctx, s.jobs[i:end]); isOOM(err) {
+	if err := s.write(wctx, s.jobs[start:end]); isOOM(err) {
 		// A full Redis refuses the record (HSET is a write it denies) but
 		// still takes acks: the run goes on draining, counting these starts
 		// in memory only, and says so.
 		s.r.warnOOM(err)
-		for _, j := range s.jobs[i:end] {
+		for _, j := range s.jobs[start:end] {
 			j.d.Attempts = j.prior + 1
 		}
 	} else if err != nil {
-		s.err = err
 		return err
 	}
-	s.next, s.lastAt, s.lastN = end, time.Now(), end-i
+	s.next, s.lastAt, s.lastN = end, time.Now(), end-start
 	return nil
 }
 
