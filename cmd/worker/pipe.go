@@ -59,10 +59,9 @@ type pipeHandler struct {
 	stop     func(error) // ends the run when restarts are spent
 	inFlight int         // the most deliveries in flight at once (--concurrency); 0: many
 
-	live atomic.Pointer[coproc] // cur, read without mu while it runs
+	cur atomic.Pointer[coproc] // the last co-process started: set under mu, read without it
 
 	mu      sync.Mutex
-	cur     *coproc
 	starts  int
 	spent   error
 	stopped bool
@@ -124,7 +123,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	cp.waiting[id] = pending{result: ch, sent: time.Now()}
 	cp.mu.Unlock()
 	if err := cp.in.send(append(line, '\n')); err != nil {
-		cp.end(fmt.Errorf("writing to its stdin: %w", err))
+		cp.end(fmt.Errorf("writing to its stdin: %w", err)) // answers ch below, with no verdict
 	}
 	var silence <-chan time.Time // --handler-timeout is kept by cp.watch, one timer for all in flight
 	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
@@ -174,13 +173,14 @@ var resultChans = sync.Pool{New: func() any { return make(chan pipeResult, 1) }}
 // running returns the live co-process, starting one when there is none, at
 // most 1 + restarts times in a run.
 func (p *pipeHandler) running() (*coproc, error) {
-	if cp := p.live.Load(); cp != nil && !cp.over() {
+	if cp := p.cur.Load(); cp != nil && !cp.over() {
 		return cp, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cur != nil && !p.cur.over() {
-		return p.cur, nil
+	last := p.cur.Load()
+	if last != nil && !last.over() {
+		return last, nil
 	}
 	if p.spent != nil {
 		return nil, p.spent
@@ -189,12 +189,12 @@ func (p *pipeHandler) running() (*coproc, error) {
 		return nil, fmt.Errorf("co-process: the run is ending")
 	}
 	if p.starts > p.restarts {
-		p.spent = fmt.Errorf("%w: started %d times in this run (--pipe-restarts %d), the last ended: %v", ErrPipe, p.starts, p.restarts, p.cur.cause())
+		p.spent = fmt.Errorf("%w: started %d times in this run (--pipe-restarts %d), the last ended: %v", ErrPipe, p.starts, p.restarts, last.cause())
 		p.stop(p.spent)
 		return nil, p.spent
 	}
-	if p.cur != nil {
-		p.log.Warn("restarting the co-process handler", "after", p.cur.cause().Error(), "restart", p.starts, "of", p.restarts)
+	if last != nil {
+		p.log.Warn("restarting the co-process handler", "after", last.cause().Error(), "restart", p.starts, "of", p.restarts)
 	}
 	cp, err := p.start()
 	if err != nil {
@@ -203,8 +203,7 @@ func (p *pipeHandler) running() (*coproc, error) {
 		return nil, p.spent
 	}
 	p.starts++
-	p.cur = cp
-	p.live.Store(cp)
+	p.cur.Store(cp)
 	return cp, nil
 }
 
@@ -290,7 +289,7 @@ func (p *pipeHandler) logStderr(r io.Reader) {
 func (p *pipeHandler) close(grace time.Duration) {
 	p.mu.Lock()
 	p.stopped = true
-	cp := p.cur
+	cp := p.cur.Load()
 	p.mu.Unlock()
 	if cp == nil || cp.over() {
 		return
