@@ -82,13 +82,17 @@ func BenchmarkBullMQ_Ratio(b *testing.B) {
 		round := 0 // every group is new: b.Run calls the function more than once
 		b.Run(c.name, func(b *testing.B) {
 			var siltCPU, bullCPU time.Duration
+			var siltSecs, bullSecs, floorSecs []float64 // per round, the pipe cases
 			silt := func(tb testing.TB) int {
 				round++
 				group := fmt.Sprint("g", round)
 				cpu0 := serverCPU(tb, rdb)
 				defer func() { siltCPU += serverCPU(tb, rdb) - cpu0 }()
 				if c.pipe {
-					return pipeWorker(tb, worker, srv.URL(), nodePath, script, c.name, group, c.jobs, c.concurrency, c.delay)
+					start := time.Now()
+					n := pipeWorker(tb, worker, srv.URL(), nodePath, script, c.name, group, c.jobs, c.concurrency, c.delay)
+					siltSecs = append(siltSecs, time.Since(start).Seconds())
+					return n
 				}
 				cons, _ := stream.NewConsumer(l, group, "w1")
 				cons.Block, cons.Concurrency, cons.MaxEntries = time.Millisecond, c.concurrency, int64(c.jobs)
@@ -105,9 +109,21 @@ func BenchmarkBullMQ_Ratio(b *testing.B) {
 				round++
 				r := bullmq(tb, script, nodePath, srv.Addr, fmt.Sprint("q", c.name, round), c.jobs, c.concurrency, c.delay)
 				bullCPU += time.Duration(r.RedisCPU * float64(time.Second))
+				if c.pipe { // the raw pipe floor, beside BullMQ's round and out of its time
+					floor := pipeFloor(tb, nodePath, script, c.jobs, c.concurrency, c.delay)
+					benchratio.Exclude(floor)
+					bullSecs, floorSecs = append(bullSecs, r.Seconds), append(floorSecs, floor.Seconds())
+				}
 				return r.Jobs
 			}
 			benchratio.Compare(b, silt, bull)
+			if c.pipe {
+				// reachable: the raw pipe floor ÷ BullMQ, the most P13 pipe
+				// can be here; of-floor: silt ÷ that floor.
+				b.ReportMetric(float64(c.jobs)/median(floorSecs), "floor-items/s")
+				b.ReportMetric(medianRatio(bullSecs, floorSecs), "reachable")
+				b.ReportMetric(medianRatio(floorSecs, siltSecs), "of-floor")
+			}
 			perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N*c.jobs) }
 			b.ReportMetric(perJob(siltCPU), "silt-redis-µs")
 			b.ReportMetric(perJob(bullCPU), "bullmq-redis-µs")
