@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -72,12 +73,27 @@ func newPipeHandler(argv []string, timeout time.Duration, restarts int, env []st
 }
 
 // coproc is one running co-process.
+//
+// Its stdout is read by whoever holds the turn: a reader goroutine, for
+// the run's life, when more than one delivery can be in flight; with one
+// (--concurrency 1), the delivery itself, which writes its line and reads
+// its answer with no other goroutine woken between (a reader handing the
+// answer over cost about a fifth of that path's time). The reader hands each
+// result to its delivery's channel. After the exit, the rest of stdout is
+// read by the goroutine that waited for it.
 type coproc struct {
-	cmd *exec.Cmd
-	in  input
+	cmd    *exec.Cmd
+	in     input
+	out    *os.File      // its stdout, read by whoever holds turn; end sets a past deadline on it
+	rd     *bufio.Reader // out's lines
+	turn   chan struct{} // capacity 1: taking its token gives the right to read
+	reader bool          // a goroutine reads stdout: deliveries wait on their channels only
+
+	exited  chan struct{} // closed once Wait returned, exitErr set
+	exitErr error
 
 	mu      sync.Mutex
-	waiting map[string]pending // taken out by whoever sends its result: the reader, or end
+	waiting map[string]pending // taken out by whoever sends its result: a reader, or end
 	dead    chan struct{}      // closed once it is over
 	why     error
 
@@ -125,45 +141,69 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	if err := cp.in.send(append(line, '\n')); err != nil {
 		cp.end(fmt.Errorf("writing to its stdin: %w", err)) // answers ch below, with no verdict
 	}
-	var silence <-chan time.Time // --handler-timeout is kept by cp.watch, one timer for all in flight
 	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
-		t := time.NewTimer(silenceWarn)
+		// --handler-timeout is kept by cp.watch, one timer for all in flight
+		t := time.AfterFunc(silenceWarn, func() { p.warnSilent(cp, id) })
 		defer t.Stop()
-		silence = t.C
 	}
-	for {
+	// Past the grace the run gives handlers (ctx is cancelled then), the
+	// co-process is ended with what it has in flight, as an exec handler's
+	// process group is killed.
+	grace := func() {
+		cp.end(fmt.Errorf("the run stopped waiting for %s: %w", id, context.Cause(ctx)))
+	}
+	var r pipeResult
+	if cp.reader {
 		select {
-		case <-silence:
-			silence = nil
-			if !cp.answered.Load() {
-				cp.silent.Do(func() {
-					p.log.Warn(fmt.Sprintf("the co-process has answered nothing on its stdout %s after its first delivery: if it buffers its output, "+
-						"flush each result line (Python: print(..., flush=True) or python3 -u; Node: write each line with process.stdout.write; "+
-						"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --handler-timeout %s",
-						silenceWarn, p.timeout), "id", id)
-				})
-			}
-			continue
-		case r := <-ch:
-			// Its sender took it out of waiting: nothing else will send on
-			// ch, which serves the next delivery.
-			resultChans.Put(ch)
-			switch {
-			case r.OK == nil: // the co-process is over (end)
-				return fmt.Errorf("co-process: %w", cp.cause())
-			case *r.OK:
-				return nil
-			case r.Permanent:
-				return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
-			}
-			return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
+		case r = <-ch:
 		case <-ctx.Done():
-			cp.mu.Lock()
-			delete(cp.waiting, id) // a result still on its way goes to ch, which is dropped
-			cp.mu.Unlock()
-			return fmt.Errorf("co-process: %w", context.Cause(ctx))
+			grace() // answers ch
+			r = <-ch
+		}
+	} else {
+		defer context.AfterFunc(ctx, grace)() // wakes a read of stdout, with its past deadline
+		select {
+		case r = <-ch:
+		case <-cp.turn:
+			select {
+			case r = <-ch: // the last reader handed it over
+			default:
+				var ours bool
+				r, ours = cp.readUntil(id)
+				if !ours {
+					ch = nil // end sent on it too, or will: not reused
+				}
+			}
+			cp.turn <- struct{}{}
 		}
 	}
+	if ch != nil {
+		// Its sender took it out of waiting: nothing else will send on ch,
+		// which serves the next delivery.
+		resultChans.Put(ch)
+	}
+	switch {
+	case r.OK == nil: // the co-process is over (end)
+		return fmt.Errorf("co-process: %w", cp.cause())
+	case *r.OK:
+		return nil
+	case r.Permanent:
+		return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
+	}
+	return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
+}
+
+// warnSilent warns, once per co-process, that it has answered nothing yet.
+func (p *pipeHandler) warnSilent(cp *coproc, id string) {
+	if cp.answered.Load() || cp.over() {
+		return
+	}
+	cp.silent.Do(func() {
+		p.log.Warn(fmt.Sprintf("the co-process has answered nothing on its stdout %s after its first delivery: if it buffers its output, "+
+			"flush each result line (Python: print(..., flush=True) or python3 -u; Node: write each line with process.stdout.write; "+
+			"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --handler-timeout %s",
+			silenceWarn, p.timeout), "id", id)
+	})
 }
 
 // resultChans holds the channels a delivery's result comes on, one per
@@ -215,63 +255,109 @@ func (p *pipeHandler) start() (*coproc, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	// Its stdout is a pipe of our own, not cmd.StdoutPipe: Wait would close
+	// that one at the exit, under a delivery still reading its last lines.
+	out, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	cmd.Stdout = w
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		out.Close()
+		w.Close()
 		return nil, err
 	}
 	release, err := startOwned(cmd)
+	w.Close() // the co-process holds the write end now
 	if err != nil {
+		out.Close()
 		return nil, err
 	}
-	cp := &coproc{cmd: cmd, in: input{w: stdin, burst: p.inFlight != 1}, waiting: map[string]pending{}, dead: make(chan struct{})}
+	cp := &coproc{
+		cmd: cmd, in: input{w: stdin, burst: p.inFlight != 1}, reader: p.inFlight != 1,
+		out: out, rd: bufio.NewReaderSize(out, maxResultLine), turn: make(chan struct{}, 1),
+		exited: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{}),
+	}
+	if cp.reader {
+		go func() {
+			cp.readUntil("")
+			cp.turn <- struct{}{}
+		}()
+	} else {
+		cp.turn <- struct{}{}
+	}
 	if p.timeout > 0 {
 		go cp.watch(p.timeout)
 	}
 	go p.logStderr(stderr)
 	go func() {
-		err := p.read(cp, stdout)
-		if err == nil { // its stdout ended: it exited or is exiting
-			if werr := cmd.Wait(); werr != nil {
-				err = fmt.Errorf("it exited: %v", werr)
-			} else {
-				err = errors.New("it exited (status 0)")
-			}
+		err := cmd.Wait()
+		if err != nil {
+			cp.exitErr = fmt.Errorf("it exited: %v", err)
+		} else {
+			cp.exitErr = errors.New("it exited (status 0)")
 		}
-		cp.end(err)
-		cmd.Wait() // reap it after a kill; a second Wait only errs
+		close(cp.exited)
 		release()
+		// What it answered before it exited still goes to its deliveries:
+		// read the rest of its stdout, then it is over.
+		<-cp.turn
+		cp.readUntil("")
+		cp.end(cp.exitErr)
+		cp.turn <- struct{}{}
+		out.Close()
 	}()
 	return cp, nil
 }
 
-// read takes results from stdout until it ends (nil) or the co-process
-// breaks the protocol (the error says how).
-func (p *pipeHandler) read(cp *coproc, stdout io.Reader) error {
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 4096), maxResultLine)
-	for sc.Scan() {
-		cp.answered.Store(true)
-		r, err := parseResult(sc.Bytes())
-		if err != nil || r.ID == "" || r.OK == nil {
-			return fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(sc.Text()))
+// readUntil reads result lines, each handed to its delivery, until the
+// one for own (ours: true), or until the co-process is over (a result of
+// no verdict). Its caller holds the turn; own is "" to read to the end.
+func (cp *coproc) readUntil(own string) (r pipeResult, ours bool) {
+	for {
+		line, err := cp.rd.ReadSlice('\n')
+		if len(line) > 0 && (err == nil || err == io.EOF) {
+			if !cp.answered.Load() {
+				cp.answered.Store(true)
+			}
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			r, perr := parseResult(line)
+			if perr != nil || r.ID == "" || r.OK == nil {
+				cp.end(fmt.Errorf("malformed result line %s: want {\"id\":...,\"ok\":true|false}", quoteShort(string(line))))
+				return pipeResult{}, false
+			}
+			cp.mu.Lock()
+			pd, inFlight := cp.waiting[r.ID]
+			delete(cp.waiting, r.ID)
+			cp.mu.Unlock()
+			switch {
+			case r.ID == own:
+				// Its own answer stands even if the co-process ended since
+				// (end has sent its channel a result of no verdict then).
+				return r, inFlight
+			case !inFlight:
+				cp.end(fmt.Errorf("a result for %s, which is not in flight", quoteShort(r.ID)))
+				return pipeResult{}, false
+			}
+			pd.result <- r
 		}
-		cp.mu.Lock()
-		pd, ok := cp.waiting[r.ID]
-		delete(cp.waiting, r.ID)
-		cp.mu.Unlock()
-		if !ok {
-			return fmt.Errorf("a result for %s, which is not in flight", quoteShort(r.ID))
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, bufio.ErrBufferFull):
+			cp.end(fmt.Errorf("malformed result line %s...: longer than %d bytes", quoteShort(string(line)), maxResultLine))
+		case err == io.EOF: // its stdout is closed: it exited, or is exiting
+			select {
+			case <-cp.exited:
+				cp.end(cp.exitErr)
+			case <-cp.dead:
+			}
+		case !cp.over(): // not end's deadline
+			cp.end(fmt.Errorf("reading its stdout: %w", err))
 		}
-		pd.result <- r
+		return pipeResult{}, false
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading its stdout: %w", err)
-	}
-	return nil
 }
 
 func (p *pipeHandler) logStderr(r io.Reader) {
@@ -430,6 +516,7 @@ func (cp *coproc) end(why error) {
 		cp.cmd.Cancel() // the whole group
 	}
 	close(cp.dead)
+	cp.out.SetReadDeadline(time.Unix(1, 0)) // a delivery reading its stdout stops now
 	for id, pd := range cp.waiting {
 		delete(cp.waiting, id)
 		pd.result <- pipeResult{} // no OK: over

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 
 // coprocess answers each delivery by its payload's "do" field: ok, fail,
 // poison (permanent), garbage (a malformed line), stranger (a result for
-// another id), crash (exit 3), hang (no answer), deaf (no answer, and
+// another id), crash (exit 3), bye (answered ok, then exit 0), hang (no
+// answer), deaf (no answer, and
 // nothing read after it), late (answered after the
 // next "ok", or newest first once the input is drained: out of order).
 func coprocess(mode string) {
@@ -93,6 +94,10 @@ func coprocess(mode string) {
 		case "crash":
 			bw.Flush()
 			os.Exit(3)
+		case "bye": // its answer, then exit 0 at once
+			out.Encode(map[string]any{"id": d.ID, "ok": true})
+			bw.Flush()
+			os.Exit(0)
 		case "hang":
 		case "deaf":
 			bw.Flush()
@@ -284,6 +289,75 @@ func TestPipe_SilentCoprocessIsWarnedOfBuffering(t *testing.T) {
 	defer mu.Unlock()
 	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "flush=True") {
 		t.Fatalf("no buffering warning within %s: %q", time.Since(start), logged.String())
+	}
+}
+
+// An answer written just before the co-process exits is its delivery's
+// verdict, whoever reads it: the delivery itself, or what reads the rest of
+// stdout once the exit is seen. The next delivery starts a new one.
+func TestPipe_AnswerBeforeTheExitStands(t *testing.T) {
+	for _, inFlight := range []int{1, 8} {
+		const exits = 4 // each a start of this test binary: about a second under -race
+		p, _ := newTestPipe(t, 10*time.Second, exits)
+		p.inFlight = inFlight
+		ctx := context.Background()
+		for i := range exits {
+			if err := p.handle(ctx, delivery(i, "bye")); err != nil {
+				t.Fatalf("--concurrency %d, delivery %d, answered before its co-process exited: %v", inFlight, i, err)
+			}
+			// A delivery sent while it is exiting fails (and is retried by
+			// a later run): the next goes once this one is over.
+			select {
+			case <-p.cur.Load().dead:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("--concurrency %d: the co-process that exited is not over", inFlight)
+			}
+		}
+		if p.starts != exits {
+			t.Fatalf("--concurrency %d: %d co-processes started for %d that each exited", inFlight, p.starts, exits)
+		}
+	}
+}
+
+// Once the run stops waiting for its handlers (the context handed to them
+// is cancelled past --grace), the co-process is ended with what it has in
+// flight, as an exec handler's process group is killed: the delivery
+// reading its stdout and those waiting for their turn all return at once,
+// and the next delivery starts a new one.
+func TestPipe_GraceOverEndsTheCoprocess(t *testing.T) {
+	for _, inFlight := range []int{1, 8} {
+		p, _ := newTestPipe(t, time.Minute, 1)
+		p.inFlight = inFlight
+		ctx, cancel := context.WithCancelCause(context.Background())
+		errs := make([]error, inFlight)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = p.handle(ctx, delivery(i, "hang")) })
+		}
+		time.Sleep(100 * time.Millisecond)
+		cp := p.cur.Load()
+		if cp == nil || cp.over() {
+			t.Fatalf("--concurrency %d: no co-process running", inFlight)
+		}
+		start := time.Now()
+		cancel(errors.New("grace over"))
+		wg.Wait()
+		if waited := time.Since(start); waited > time.Second {
+			t.Fatalf("--concurrency %d: the deliveries returned %s after the cancel", inFlight, waited)
+		}
+		for i, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "grace over") {
+				t.Fatalf("--concurrency %d, delivery %d: %v, want the cancel's cause", inFlight, i, err)
+			}
+		}
+		select {
+		case <-cp.dead:
+		case <-time.After(time.Second):
+			t.Fatalf("--concurrency %d: the co-process is still running after its deliveries were given up", inFlight)
+		}
+		if err := p.handle(context.Background(), delivery(100, "ok")); err != nil {
+			t.Fatalf("--concurrency %d, after the cancel: %v", inFlight, err)
+		}
 	}
 }
 
