@@ -77,6 +77,12 @@ BEGIN {
 	id["BullMQ_Ratio/pipe-noop-c1"] = "P13 pipe c1";  goal["P13 pipe c1"] = ">= 2.5";  cmd["P13 pipe c1"] = "the same, worker run --pipe (Node) ÷ BullMQ, concurrency 1"
 	id["BullMQ_Ratio/pipe-noop-c8"] = "P13 pipe c8";  goal["P13 pipe c8"] = ">= 2.5";  cmd["P13 pipe c8"] = "the same, concurrency 8"
 	id["BullMQ_Ratio/pipe-10ms-c8"] = "P13 10 ms c8";  goal["P13 10 ms c8"] = ">= 1";  cmd["P13 10 ms c8"] = "the same, a 10 ms Node handler on both sides, concurrency 8"
+	# the raw floor of P13 pipe: the same Node handler fed by a plain Go loop, no Redis (bench/peers/pipefloor_test.go)
+	split("pipe-noop-c1 pipe-noop-c8 pipe-10ms-c8", pc, " "); split("P13 pipe c1|P13 pipe c8|P13 10 ms c8", pn, "|")
+	for (i = 1; i <= 3; i++) {
+		k = pn[i] " reachable (raw pipe loop ÷ BullMQ)"; id["BullMQ_Ratio/" pc[i] " reachable"] = k; goal[k] = "none"; cmd[k] = "the same (the Node handler fed by a Go loop, no Redis, the same lines in flight)"
+		k = pn[i] " ÷ raw pipe loop"; id["BullMQ_Ratio/" pc[i] " of-floor"] = k; goal[k] = "none"; cmd[k] = "the same"
+	}
 	print "| id | median | min | max | goal | met | rounds | command (`go test -run ^$ -benchtime Nx ...`) |"
 	print "|---|---|---|---|---|---|---|---|"
 }
@@ -92,6 +98,8 @@ BEGIN {
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 	if ("create-ratio" in m) row(id[name " create"], m["create-ratio"], m["create-ratio-min"], m["create-ratio-max"], $2)
 	if ("create-floor-ratio" in m) row(id[name " create-floor"], m["create-floor-ratio"], m["create-floor-ratio-min"], m["create-floor-ratio-max"], $2)
+	if ("reachable" in m) row(id[name " reachable"], m["reachable"], "", "", $2)
+	if ("of-floor" in m) row(id[name " of-floor"], m["of-floor"], "", "", $2)
 }
 function row(k, r, lo, hi, rounds,   g, gp, met) {
 	if (k == "") return # a benchmark without a row here

@@ -38,7 +38,10 @@ import (
 // start, acks (XACK carried with the next read); BullMQ moves the job
 // between lists and sets under a lock, keeps the completed job (its
 // default) and writes its events stream. Both sides' redis-server CPU per
-// job is reported (silt-redis-µs, bullmq-redis-µs). Needs BullMQ from
+// job is reported (silt-redis-µs, bullmq-redis-µs). The pipe cases also
+// time their raw floor beside BullMQ's round (pipeFloor, out of that
+// round's time): reachable is the floor ÷ BullMQ, of-floor silt ÷ the
+// floor, floor-items/s its rate. Needs BullMQ from
 // `scripts/clients.sh --bench` (SILT_NODE_PATH).
 //
 //	cd bench && go test -run '^$' -bench BullMQ_Ratio -benchtime 3x ./peers
