@@ -146,22 +146,17 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		t := time.AfterFunc(silenceWarn, func() { p.warnSilent(cp, id) })
 		defer t.Stop()
 	}
-	// Past the grace the run gives handlers (ctx is cancelled then), the
-	// co-process is ended with what it has in flight, as an exec handler's
-	// process group is killed.
-	grace := func() {
-		cp.end(fmt.Errorf("the run stopped waiting for %s: %w", id, context.Cause(ctx)))
-	}
 	var r pipeResult
 	if cp.reader {
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			grace() // answers ch
+			cp.graceOver(ctx, id) // answers ch
 			r = <-ch
 		}
 	} else {
-		defer context.AfterFunc(ctx, grace)() // wakes a read of stdout, with its past deadline
+		// wakes a read of stdout, with its past deadline
+		defer context.AfterFunc(ctx, func() { cp.graceOver(ctx, id) })()
 		select {
 		case r = <-ch:
 		case <-cp.turn:
@@ -191,6 +186,14 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 		return stream.Permanent(fmt.Errorf("co-process: %s", p.secrets.mask(r.Error)))
 	}
 	return fmt.Errorf("co-process: %s", p.secrets.mask(r.Error))
+}
+
+// graceOver ends the co-process once the run has stopped waiting for its
+// handlers (ctx, a delivery's, is cancelled past the grace the run gives
+// them) with what it has in flight, as an exec handler's process group is
+// killed.
+func (cp *coproc) graceOver(ctx context.Context, id string) {
+	cp.end(fmt.Errorf("the run stopped waiting for %s: %w", id, context.Cause(ctx)))
 }
 
 // warnSilent warns, once per co-process, that it has answered nothing yet.
@@ -346,7 +349,7 @@ func (cp *coproc) readUntil(own string) (r pipeResult, ours bool) {
 		case err == nil:
 			continue
 		case errors.Is(err, bufio.ErrBufferFull):
-			cp.end(fmt.Errorf("malformed result line %s...: longer than %d bytes", quoteShort(string(line)), maxResultLine))
+			cp.end(fmt.Errorf("malformed result line: longer than %d bytes, beginning %s", maxResultLine, quoteShort(string(line))))
 		case err == io.EOF: // its stdout is closed: it exited, or is exiting
 			select {
 			case <-cp.exited:

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 // coprocess answers each delivery by its payload's "do" field: ok, fail,
 // poison (permanent), garbage (a malformed line), stranger (a result for
-// another id), crash (exit 3), bye (answered ok, then exit 0), hang (no
+// another id), long (a line over maxResultLine), crash (exit 3), bye (answered ok, then exit 0), hang (no
 // answer), deaf (no answer, and
 // nothing read after it), late (answered after the
 // next "ok", or newest first once the input is drained: out of order).
@@ -94,6 +94,8 @@ func coprocess(mode string) {
 		case "crash":
 			bw.Flush()
 			os.Exit(3)
+		case "long": // a line longer than a result line may be
+			bw.WriteString(strings.Repeat("x", maxResultLine+1) + "\n")
 		case "bye": // its answer, then exit 0 at once
 			out.Encode(map[string]any{"id": d.ID, "ok": true})
 			bw.Flush()
@@ -357,6 +359,19 @@ func TestPipe_GraceOverEndsTheCoprocess(t *testing.T) {
 		}
 		if err := p.handle(context.Background(), delivery(100, "ok")); err != nil {
 			t.Fatalf("--concurrency %d, after the cancel: %v", inFlight, err)
+		}
+	}
+}
+
+// A line longer than any result ends the co-process, saying so, rather
+// than being buffered without bound.
+func TestPipe_OverlongLineEndsIt(t *testing.T) {
+	for _, inFlight := range []int{1, 8} {
+		p, _ := newTestPipe(t, 10*time.Second, 1)
+		p.inFlight = inFlight
+		err := p.handle(context.Background(), delivery(1, "long"))
+		if err == nil || !strings.Contains(err.Error(), "longer than 65536 bytes") {
+			t.Fatalf("--concurrency %d: %v, want the over-long line named", inFlight, err)
 		}
 	}
 }
