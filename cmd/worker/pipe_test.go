@@ -205,7 +205,9 @@ func TestPipe_BreaksRestartThenStopTheRun(t *testing.T) {
 // keep the co-process for longer than the timeout in all, and a hung one
 // ends it once it has waited the timeout, naming it.
 func TestPipe_TimeoutIsEachDeliverys(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	// The co-process's start counts against its first delivery: a -race
+	// build of this binary takes over 100 ms to start, more when loaded.
+	const timeout = time.Second
 	p, _ := newTestPipe(t, timeout, 1)
 	p.inFlight = 1 // one at a time, as --concurrency 1 sends them
 	ctx := context.Background()
@@ -263,7 +265,10 @@ func TestPipe_CoprocessThatStopsReading(t *testing.T) {
 	if !strings.Contains(errs[0].Error(), "no result for "+delivery(0, "").ID.String()) {
 		t.Fatalf("the first delivery: %v", errs[0])
 	}
-	if err := p.handle(ctx, delivery(100, "ok")); err != nil { // a new co-process
+	// A new co-process, given time to start: a -race build of this binary
+	// takes a good part of the 300 ms on a loaded machine.
+	p.timeout = 10 * time.Second
+	if err := p.handle(ctx, delivery(100, "ok")); err != nil {
 		t.Fatalf("after the restart: %v", err)
 	}
 }
