@@ -123,7 +123,7 @@ func BenchmarkBullMQ_Ratio(b *testing.B) {
 			if c.pipe {
 				// reachable: the raw pipe floor ÷ BullMQ, the most P13 pipe
 				// can be here; of-floor: silt ÷ that floor.
-				b.ReportMetric(float64(c.jobs)/median(floorSecs), "floor-items/s")
+				b.ReportMetric(float64(c.jobs)/benchratio.Median(floorSecs), "floor-items/s")
 				b.ReportMetric(medianRatio(bullSecs, floorSecs), "reachable")
 				b.ReportMetric(medianRatio(floorSecs, siltSecs), "of-floor")
 			}

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 )
 
 // pipeFloor is P13 pipe's raw floor: the fewest seconds in which the same
@@ -88,17 +89,5 @@ func medianRatio(a, b []float64) float64 {
 	for i := range ratios {
 		ratios[i] = a[i] / b[i]
 	}
-	return median(ratios)
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return benchratio.Median(ratios)
 }

@@ -36,9 +36,9 @@ func Compare(b *testing.B, silt, raw Round) {
 		siltRates, rawRates, ratios = append(siltRates, s), append(rawRates, r), append(ratios, s/r)
 	}
 	b.StopTimer()
-	b.ReportMetric(median(siltRates), "silt-items/s")
-	b.ReportMetric(median(rawRates), "raw-items/s")
-	b.ReportMetric(median(ratios), "ratio")
+	b.ReportMetric(Median(siltRates), "silt-items/s")
+	b.ReportMetric(Median(rawRates), "raw-items/s")
+	b.ReportMetric(Median(ratios), "ratio")
 	b.ReportMetric(slices.Min(ratios), "ratio-min")
 	b.ReportMetric(slices.Max(ratios), "ratio-max")
 	b.Logf("rounds=%d ratios=%.3f", b.N, ratios)
@@ -87,8 +87,8 @@ func Per(round Round, counter func(testing.TB) float64, into *[]float64) Round {
 func ReportMedians(b *testing.B, unit string, silt, raw []float64) {
 	b.Helper()
 	if len(silt) > 0 && len(raw) > 0 {
-		b.ReportMetric(median(silt), "silt-"+unit)
-		b.ReportMetric(median(raw), "raw-"+unit)
+		b.ReportMetric(Median(silt), "silt-"+unit)
+		b.ReportMetric(Median(raw), "raw-"+unit)
 	}
 }
 
@@ -135,9 +135,9 @@ func ReportCPURatio(b *testing.B, name string, silt, raw []float64) {
 	if len(ratios) == 0 {
 		return
 	}
-	b.ReportMetric(median(silt), "silt-cpu-ns/item")
-	b.ReportMetric(median(raw), "raw-cpu-ns/item")
-	b.ReportMetric(median(ratios), name)
+	b.ReportMetric(Median(silt), "silt-cpu-ns/item")
+	b.ReportMetric(Median(raw), "raw-cpu-ns/item")
+	b.ReportMetric(Median(ratios), name)
 	b.ReportMetric(slices.Min(ratios), name+"-min")
 	b.ReportMetric(slices.Max(ratios), name+"-max")
 	b.Logf("%s=%.3f", name, ratios)
@@ -152,7 +152,11 @@ func ProcessCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func median(xs []float64) float64 {
+// Median is the median of xs (0 for none).
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	if len(s)%2 == 1 {
@@ -189,7 +193,7 @@ func ReportMS(b *testing.B, name string, ds []time.Duration) {
 	for i, d := range ds {
 		ms[i] = float64(d.Microseconds()) / 1000
 	}
-	b.ReportMetric(median(ms), name+"-ms")
+	b.ReportMetric(Median(ms), name+"-ms")
 }
 
 // ReportTimeRatio reports, as "<name>", the median over rounds of raw[i] ÷
@@ -201,7 +205,7 @@ func ReportTimeRatio(b *testing.B, name string, silt, raw []time.Duration) {
 	for i := range n {
 		ratios[i] = raw[i].Seconds() / silt[i].Seconds()
 	}
-	b.ReportMetric(median(ratios), name)
+	b.ReportMetric(Median(ratios), name)
 }
 
 // Exclude leaves d out of the current round's time: a part the round
