@@ -13,9 +13,6 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == reaperArg {
-		os.Exit(reaperMain(os.Stdin))
-	}
 	os.Exit(clix.Main(run))
 }
 

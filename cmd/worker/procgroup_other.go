@@ -2,10 +2,7 @@
 
 package main
 
-import (
-	"io"
-	"os/exec"
-)
+import "os/exec"
 
 // ownGroup leaves the command as it is where process groups and
 // parent-death signals are not available (the worker is built for Linux).
@@ -15,7 +12,3 @@ func ownGroup(*exec.Cmd) {}
 func startOwned(cmd *exec.Cmd) (release func(), err error) {
 	return func() {}, cmd.Start()
 }
-
-const reaperArg = "__silt-reaper"
-
-func reaperMain(io.Reader) int { return 0 }
