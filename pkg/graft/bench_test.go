@@ -21,7 +21,7 @@ import (
 
 // BenchmarkUpload_Ratio compares a 4 MiB commit to MinIO (segment written
 // and fsynced locally, uploaded create-only, commit object created) with a
-// raw create of the same bytes. Goal: ratio >= 0.7. Needs MinIO from
+// raw create of the same bytes. Goal: ratio >= 0.85. Needs MinIO from
 // scripts/servers.sh.
 //
 //	go test -run '^$' -bench Upload_Ratio -benchtime 15x ./pkg/graft
