@@ -13,6 +13,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == reaperArg {
+		os.Exit(reaperMain(os.Stdin))
+	}
 	os.Exit(clix.Main(run))
 }
 

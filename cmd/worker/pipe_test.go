@@ -22,6 +22,9 @@ import (
 // SILT_TEST_COPROCESS=<mode> it speaks the --pipe protocol on stdin and
 // stdout instead of running tests.
 func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == reaperArg { // the handler reaper where there is no sh, re-executed from this test binary
+		os.Exit(reaperMain(os.Stdin))
+	}
 	if mode := os.Getenv("SILT_TEST_COPROCESS"); mode != "" {
 		coprocess(mode)
 		os.Exit(0)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 )
@@ -48,14 +51,15 @@ func startOwned(cmd *exec.Cmd) (release func(), err error) {
 	return func() { reap.send('-', pgid) }, nil
 }
 
-// reaperScript is the reaper: a POSIX shell (the one handlers run in)
-// that keeps the live handler groups from its stdin, "+PGID" as one
-// starts and "-PGID" as it ends, and at the end of its input (the worker
-// exited or was killed) kills each group still listed with SIGKILL.
-// Signals meant for the worker do not stop it. A shell rather than a
-// re-exec of the worker's own binary: it starts in about a millisecond
-// with 1-2 MB resident, where the binary's load and package init take
-// some 30 ms of CPU and 20 MB beside a short run.
+// reaperScript is the reaper where there is a POSIX shell (the one `--exec`
+// and `--pipe` commands run in): it keeps the live handler groups from its
+// stdin, "+PGID" as one starts and "-PGID" as it ends, and at the end of
+// its input (the worker exited or was killed) kills each group still
+// listed with SIGKILL. Signals meant for the worker do not stop it. A
+// shell starts in about a millisecond with 1-2 MB resident, where the
+// worker's own binary (reaperMain, the fallback where there is no sh, as
+// in a distroless image running `-- CMD` handlers) takes some 30 ms of
+// CPU and 20 MB for its load and package init.
 //
 // A group id that is not a number above 1 is never killed: kill -KILL -1
 // would signal every process the user may.
@@ -74,6 +78,19 @@ for g in $live; do
 done
 exit 0`
 
+// reaperArg, as the only argument, makes the worker binary the reaper
+// (reaperMain).
+const reaperArg = "__silt-reaper"
+
+// reaperCommand is the reaper's process: reaperScript under sh, or the
+// worker's own binary where there is no sh.
+func reaperCommand() *exec.Cmd {
+	if sh, err := exec.LookPath("sh"); err == nil {
+		return exec.Command(sh, "-c", reaperScript, "silt-reaper") // $0 names it in ps
+	}
+	return exec.Command("/proc/self/exe", reaperArg)
+}
+
 // reaper is the worker's side of the reaper process: started once, on the
 // first handler, and told each handler group as it starts ('+') and ends
 // ('-'). Its stdin is a pipe only the worker holds: when the worker dies,
@@ -90,8 +107,7 @@ var reap reaper
 
 func (r *reaper) start() error {
 	r.once.Do(func() {
-		// $0 names it in ps: sh -c ... silt-reaper.
-		cmd := exec.Command("sh", "-c", reaperScript, "silt-reaper")
+		cmd := reaperCommand()
 		// Its own group, so a terminal's ^C to the worker's group leaves
 		// it to do its job.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -114,4 +130,31 @@ func (r *reaper) send(op byte, pgid int) {
 	if r.w != nil {
 		fmt.Fprintf(r.w, "%c%d\n", op, pgid)
 	}
+}
+
+// reaperMain is the reaper process where there is no sh (reaperCommand):
+// reaperScript's work, in Go.
+func reaperMain(in io.Reader) int {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	live := map[int]bool{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := sc.Text()
+		if len(line) < 2 {
+			continue
+		}
+		pgid, err := strconv.Atoi(line[1:])
+		if err != nil || pgid <= 1 {
+			continue
+		}
+		if line[0] == '+' {
+			live[pgid] = true
+		} else {
+			delete(live, pgid)
+		}
+	}
+	for pgid := range live {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return 0
 }

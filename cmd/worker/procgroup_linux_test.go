@@ -1,17 +1,36 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestReaper_KillsTheGroupsStillListed drives the reaper script as the
-// worker does: three handler groups start, one ends, lines that are not a
-// group are sent among them, and the worker's end of the pipe closes. The
-// two groups still listed are killed, the one that ended is left alone.
+// TestReaper_KillsTheGroupsStillListed drives each reaper as the worker
+// does: three handler groups start, one ends, lines that are not a group
+// are sent among them, and the worker's end of the pipe closes. The two
+// groups still listed are killed, the one that ended is left alone. The
+// script runs under sh; with no sh on PATH the reaper is this binary
+// (reaperMain, through TestMain).
 func TestReaper_KillsTheGroupsStillListed(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, path string }{
+		{"sh", os.Getenv("PATH")},
+		{"no sh: the worker's binary", t.TempDir()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("PATH", c.path)
+			reaperKills(t, sleep)
+		})
+	}
+}
+
+func reaperKills(t *testing.T, sleep string) {
 	var r reaper
 	if err := r.start(); err != nil {
 		t.Fatal(err)
@@ -19,7 +38,7 @@ func TestReaper_KillsTheGroupsStillListed(t *testing.T) {
 	groups := make([]*exec.Cmd, 3)
 	exited := make([]chan error, 3)
 	for i := range groups {
-		cmd := exec.Command("sleep", "30")
+		cmd := exec.Command(sleep, "30")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

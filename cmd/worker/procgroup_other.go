@@ -2,7 +2,10 @@
 
 package main
 
-import "os/exec"
+import (
+	"io"
+	"os/exec"
+)
 
 // ownGroup leaves the command as it is where process groups and
 // parent-death signals are not available (the worker is built for Linux).
@@ -12,3 +15,7 @@ func ownGroup(*exec.Cmd) {}
 func startOwned(cmd *exec.Cmd) (release func(), err error) {
 	return func() {}, cmd.Start()
 }
+
+const reaperArg = "__silt-reaper"
+
+func reaperMain(io.Reader) int { return 0 }
