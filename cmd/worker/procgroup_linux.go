@@ -20,9 +20,9 @@ import (
 // The death signal reaches only the child the worker started. A shell that
 // forks its command rather than replacing itself (dash running a script)
 // dies, and the script runs on. So a SIGKILLed worker leaves its handlers'
-// groups to the reaper (below): a small shell process that
-// holds the list of live handler groups and kills them all the moment the
-// worker is gone.
+// groups to the reaper (below): a process of its own (a shell script, or
+// the worker's binary where there is no sh) that holds the list of live
+// handler groups and kills them all the moment the worker is gone.
 func ownGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
