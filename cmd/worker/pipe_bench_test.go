@@ -15,7 +15,7 @@ import (
 // BenchmarkPipe_Ratio: the worker loop with --concurrency 64 and a minimal
 // Go co-process (this test binary: it reads each line's id and answers ok,
 // buffering its answers until its input is drained) as its --pipe
-// handler,
+// handler, run on one processor as `worker run --pipe` runs it (pipeProcs),
 //
 //   - /stdout (P10): ÷ the --stdout handler writing to io.Discard. The goal
 //     is the worker process's own CPU per entry, --pipe ÷ --stdout <= 2
@@ -47,6 +47,7 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 		return int(sum.Acked)
 	}
 	pipe := func(tb testing.TB) int {
+		defer pipeProcs(os.Getenv)() // as runAction runs --pipe
 		p := newPipeHandler([]string{exe}, time.Minute, 0, []string{"SILT_TEST_COPROCESS=ok"}, nil, quiet, func(error) {})
 		defer p.close(time.Second)
 		return run(tb, p.handle, entries)

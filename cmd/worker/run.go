@@ -204,6 +204,7 @@ func runAction(c *cli.Context) error {
 	if pipe != nil {
 		pipe.stop = cancel
 		defer pipe.close(c.Duration("grace"))
+		defer pipeProcs(os.Getenv)()
 	}
 	if err := attachArchive(c, s); err != nil {
 		return err
