@@ -51,14 +51,17 @@ const maxResultLine = 64 << 10
 
 // pipeHandler keeps one co-process for the run.
 type pipeHandler struct {
-	argv     []string
-	env      []string
-	timeout  time.Duration
-	restarts int
-	secrets  masker
-	log      *slog.Logger
-	stop     func(error) // ends the run when restarts are spent
-	inFlight int         // the most deliveries in flight at once (--concurrency); 0: many
+	argv    []string
+	env     []string
+	timeout time.Duration
+	// startTimeout is how long a co-process may take to start before its
+	// deliveries' timeout runs (--pipe-start-timeout; watch).
+	startTimeout time.Duration
+	restarts     int
+	secrets      masker
+	log          *slog.Logger
+	stop         func(error) // ends the run when restarts are spent
+	inFlight     int         // the most deliveries in flight at once (--concurrency); 0: many
 
 	cur atomic.Pointer[coproc] // the last co-process started: set under mu, read without it
 
@@ -97,8 +100,11 @@ type coproc struct {
 	dead    chan struct{}      // closed once it is over
 	why     error
 
-	answered atomic.Bool // a line came on its stdout
-	silent   sync.Once   // the buffering warning, given once
+	started       time.Time
+	answered      atomic.Bool   // a line came on its stdout
+	answeredAfter atomic.Int64  // the first line's time since started, set before answered
+	firstAnswer   chan struct{} // closed once answered is set
+	silent        sync.Once     // the buffering warning, given once
 }
 
 // pending is a delivery in flight: where its result goes and when it was
@@ -141,7 +147,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	if err := cp.in.send(append(line, '\n')); err != nil {
 		cp.end(fmt.Errorf("writing to its stdin: %w", err)) // answers ch below, with no verdict
 	}
-	if !cp.answered.Load() && (p.timeout <= 0 || p.timeout > silenceWarn) {
+	if !cp.answered.Load() && (p.timeout <= 0 || p.startTimeout+p.timeout > silenceWarn) {
 		// --handler-timeout is kept by cp.watch, one timer for all in flight
 		t := time.AfterFunc(silenceWarn, func() { p.warnSilent(cp, id) })
 		defer t.Stop()
@@ -204,8 +210,8 @@ func (p *pipeHandler) warnSilent(cp *coproc, id string) {
 	cp.silent.Do(func() {
 		p.log.Warn(fmt.Sprintf("the co-process has answered nothing on its stdout %s after its first delivery: if it buffers its output, "+
 			"flush each result line (Python: print(..., flush=True) or python3 -u; Node: write each line with process.stdout.write; "+
-			"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --handler-timeout %s",
-			silenceWarn, p.timeout), "id", id)
+			"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --pipe-start-timeout %s "+
+			"and then --handler-timeout %s", silenceWarn, p.startTimeout, p.timeout), "id", id)
 	})
 }
 
@@ -271,6 +277,7 @@ func (p *pipeHandler) start() (*coproc, error) {
 		w.Close()
 		return nil, err
 	}
+	started := time.Now()
 	release, err := startOwned(cmd)
 	w.Close() // the co-process holds the write end now
 	if err != nil {
@@ -280,7 +287,8 @@ func (p *pipeHandler) start() (*coproc, error) {
 	cp := &coproc{
 		cmd: cmd, in: input{w: stdin, burst: p.inFlight != 1}, reader: p.inFlight != 1,
 		out: out, rd: bufio.NewReaderSize(out, maxResultLine), turn: make(chan struct{}, 1),
-		exited: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{}),
+		exited: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{}), started: started,
+		firstAnswer: make(chan struct{}),
 	}
 	if cp.reader {
 		go func() {
@@ -291,7 +299,7 @@ func (p *pipeHandler) start() (*coproc, error) {
 		cp.turn <- struct{}{}
 	}
 	if p.timeout > 0 {
-		go cp.watch(p.timeout)
+		go cp.watch(p.timeout, p.startTimeout)
 	}
 	go p.logStderr(stderr)
 	go func() {
@@ -321,8 +329,10 @@ func (cp *coproc) readUntil(own string) (r pipeResult, ours bool) {
 	for {
 		line, err := cp.rd.ReadSlice('\n')
 		if len(line) > 0 && (err == nil || err == io.EOF) {
-			if !cp.answered.Load() {
+			if !cp.answered.Load() { // only the turn's holder reads: one first line
+				cp.answeredAfter.Store(int64(time.Since(cp.started)))
 				cp.answered.Store(true)
+				close(cp.firstAnswer)
 			}
 			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 			r, perr := parseResult(line)
@@ -395,13 +405,23 @@ func (p *pipeHandler) close(grace time.Duration) {
 // result. One timer serves every delivery in flight: it is set to the
 // oldest one's deadline (the timeout from now when none is in flight, which
 // is no later than any delivery sent after).
-func (cp *coproc) watch(timeout time.Duration) {
+//
+// The co-process's own start is not its deliveries' time: a delivery
+// written before the co-process was ready waits from when it was (ready),
+// so an interpreter that takes seconds to load does not spend the first
+// deliveries' timeout. One that answers nothing at all is still ended,
+// start after its start and timeout later.
+func (cp *coproc) watch(timeout, start time.Duration) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	first := cp.firstAnswer // its first answer brings ready nearer
 	for {
 		select {
 		case <-cp.dead:
 			return
+		case <-first:
+			first = nil
+			t.Stop() // no stale tick after Stop (Go 1.23's timers): Reset below
 		case <-t.C:
 		}
 		id, sent := cp.oldest()
@@ -409,17 +429,31 @@ func (cp *coproc) watch(timeout time.Duration) {
 			t.Reset(timeout)
 			continue
 		}
-		if waited := time.Since(sent); waited < timeout {
+		from := sent
+		if ready := cp.ready(start); ready.After(from) {
+			from = ready
+		}
+		if waited := time.Since(from); waited < timeout {
 			t.Reset(timeout - waited)
 			continue
 		}
 		hint := "hung?"
 		if !cp.answered.Load() {
-			hint = "it answered nothing: hung, or buffering its stdout? (docs/pipe.md)"
+			hint = fmt.Sprintf("it answered nothing in the %s since it started (--pipe-start-timeout %s, then --handler-timeout): "+
+				"hung, or buffering its stdout? (docs/pipe.md)", time.Since(cp.started).Round(time.Millisecond), start)
 		}
 		cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (%s)", id, timeout, hint))
 		return
 	}
+}
+
+// ready is when the co-process could first take a delivery: its first
+// answer, or start after it started if it has not answered by then.
+func (cp *coproc) ready(start time.Duration) time.Time {
+	if cp.answered.Load() {
+		start = min(start, time.Duration(cp.answeredAfter.Load()))
+	}
+	return cp.started.Add(start)
 }
 
 // oldest returns the delivery in flight the longest and when it was sent;

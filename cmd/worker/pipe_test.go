@@ -38,7 +38,12 @@ func TestMain(m *testing.M) {
 // answer), deaf (no answer, and
 // nothing read after it), late (answered after the
 // next "ok", or newest first once the input is drained: out of order).
+// Mode slowstart takes 700 ms to start, then answers as mode answer.
 func coprocess(mode string) {
+	if mode == "slowstart" { // an interpreter loading its libraries
+		time.Sleep(700 * time.Millisecond)
+		mode = "answer"
+	}
 	if mode == "exec" { // the same handler as an exec handler: read the delivery, succeed
 		io.Copy(io.Discard, os.Stdin)
 		return
@@ -230,6 +235,56 @@ func TestPipe_TimeoutIsEachDeliverys(t *testing.T) {
 	}
 	if waited < timeout || waited > timeout+250*time.Millisecond {
 		t.Fatalf("the hung delivery failed after %s, want its --handler-timeout %s", waited, timeout)
+	}
+}
+
+// The co-process's start is not its deliveries' time: deliveries written
+// while it loads count --handler-timeout from its first answer, at one and
+// at eight in flight.
+func TestPipe_SlowStartIsNotTheHandlersTime(t *testing.T) {
+	for _, inFlight := range []int{1, 8} {
+		const timeout = 300 * time.Millisecond // the co-process takes 700 ms to start
+		p, _ := newTestPipe(t, timeout, 0)
+		p.env, p.inFlight, p.startTimeout = []string{"SILT_TEST_COPROCESS=slowstart"}, inFlight, 5*time.Second
+		var wg sync.WaitGroup
+		errs := make([]error, inFlight)
+		for i := range errs {
+			wg.Go(func() { errs[i] = p.handle(context.Background(), delivery(i, "ok")) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%d in flight, delivery %d: %v", inFlight, i, err)
+			}
+		}
+		if p.starts != 1 {
+			t.Fatalf("%d in flight: the co-process was started %d times", inFlight, p.starts)
+		}
+		// Once it has answered, a delivery's timeout is its own again.
+		start := time.Now()
+		if err := p.handle(context.Background(), delivery(100, "hang")); err == nil || !strings.Contains(err.Error(), "hung?") {
+			t.Fatalf("%d in flight, hang: %v", inFlight, err)
+		}
+		if waited := time.Since(start); waited < timeout || waited > timeout+250*time.Millisecond {
+			t.Fatalf("%d in flight: the hung delivery failed after %s, want its --handler-timeout %s", inFlight, waited, timeout)
+		}
+	}
+}
+
+// A co-process that answers nothing is still ended: --pipe-start-timeout
+// after its start, then --handler-timeout, the error naming both.
+func TestPipe_StartTimeoutBoundsASilentCoprocess(t *testing.T) {
+	const timeout, startTimeout = 200 * time.Millisecond, 400 * time.Millisecond
+	p, _ := newTestPipe(t, timeout, 0)
+	p.startTimeout = startTimeout
+	start := time.Now()
+	err := p.handle(context.Background(), delivery(1, "hang"))
+	waited := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "answered nothing") || !strings.Contains(err.Error(), "--pipe-start-timeout 400ms") {
+		t.Fatalf("hang: %v", err)
+	}
+	if waited < startTimeout+timeout || waited > startTimeout+timeout+250*time.Millisecond {
+		t.Fatalf("the silent co-process was ended after %s, want --pipe-start-timeout %s and --handler-timeout %s", waited, startTimeout, timeout)
 	}
 }
 

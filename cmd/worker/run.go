@@ -37,6 +37,8 @@ func handlerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "exec", Usage: "run `CMD` (through sh -c) per entry, the delivery as JSON on stdin; or give the command after --"},
 		&cli.StringFlag{Name: "pipe", Usage: "start `CMD` (through sh -c) once and keep it: one delivery per line on its stdin, one result per line on its stdout (docs/pipe.md)"},
 		&cli.IntFlag{Name: "pipe-restarts", Value: 3, Usage: "restarts of a --pipe co-process that exited or broke the protocol, per run; then the run stops with an error"},
+		&cli.DurationFlag{Name: "pipe-start-timeout", Value: time.Minute,
+			Usage: "longest a --pipe co-process may take to start: deliveries written before its first answer count --handler-timeout from that answer, or from this long after its start"},
 		&cli.StringFlag{Name: "webhook", Usage: "POST each delivery as JSON to `URL`"},
 		&cli.StringFlag{Name: "webhook-secret", EnvVars: clix.EnvVars("WEBHOOK_SECRET"), Usage: "sign webhook bodies with HMAC-SHA256 (header X-Silt-Signature)"},
 		&cli.IntFlag{Name: "webhook-retries", Value: 3, Usage: "retries of a webhook call (connection errors, 408, 425, 429, 5xx)"},
@@ -155,6 +157,9 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, *pipeHandl
 	if c.Int("pipe-restarts") < 0 {
 		return nil, nil, clix.Usagef("--pipe-restarts", "must be 0 or more, got %d", c.Int("pipe-restarts"))
 	}
+	if c.Duration("pipe-start-timeout") < 0 {
+		return nil, nil, clix.Usagef("--pipe-start-timeout", "must be 0 or more, got %s", c.Duration("pipe-start-timeout"))
+	}
 	timeout := c.Duration("handler-timeout")
 	env, secrets := handlerEnv(c.StringSlice("handler-env")), masker(secretsOf(c))
 	switch {
@@ -162,7 +167,7 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, *pipeHandl
 		return execHandler([]string{"sh", "-c", c.String("exec")}, timeout, env, secrets, log), nil, nil
 	case c.String("pipe") != "":
 		p := newPipeHandler([]string{"sh", "-c", c.String("pipe")}, timeout, c.Int("pipe-restarts"), env, secrets, log, func(error) {})
-		p.inFlight = c.Int("concurrency")
+		p.inFlight, p.startTimeout = c.Int("concurrency"), c.Duration("pipe-start-timeout")
 		return p.handle, p, nil
 	case c.NArg() > 0:
 		return execHandler(c.Args().Slice(), timeout, env, secrets, log), nil, nil
