@@ -83,10 +83,14 @@ exit 0`
 const reaperArg = "__silt-reaper"
 
 // reaperCommand is the reaper's process: reaperScript under sh, or the
-// worker's own binary where there is no sh.
+// worker's own binary where there is no sh. The script goes in the
+// environment, so that ps shows `sh -c eval "$SILT_REAPER" silt-reaper`
+// ($0 names it), not a dozen lines of shell.
 func reaperCommand() *exec.Cmd {
 	if sh, err := exec.LookPath("sh"); err == nil {
-		return exec.Command(sh, "-c", reaperScript, "silt-reaper") // $0 names it in ps
+		cmd := exec.Command(sh, "-c", `eval "$SILT_REAPER"`, "silt-reaper")
+		cmd.Env = append(os.Environ(), "SILT_REAPER="+reaperScript)
+		return cmd
 	}
 	return exec.Command("/proc/self/exe", reaperArg)
 }
