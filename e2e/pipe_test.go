@@ -97,3 +97,28 @@ func TestPipe_BrokenCoprocessStopsTheRun(t *testing.T) {
 		t.Fatalf("status after the broken run (want 50 pending): %s", status)
 	}
 }
+
+// TestPipe_SlowStartIsNotTheEntriesTime: a co-process that takes 1.5 s to
+// start (an interpreter loading its libraries) under --handler-timeout 1s
+// keeps its first deliveries: their timeout counts from its first answer.
+// With --pipe-start-timeout 200ms it is ended at each start instead, and
+// the run stops once its restarts are spent, the entries left pending.
+func TestPipe_SlowStartIsNotTheEntriesTime(t *testing.T) {
+	srv := testserver.Redis(t)
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
+	const n = 40
+	silt(t, strings.Repeat(`{"k":"v"}`+"\n", n), env, "worker", "append")
+	slow := `sleep 1.5; exec sed -u -e 's/^{"id":"\([^"]*\)".*/{"id":"\1","ok":true}/'`
+	code, out, errOut := exitCode(t, env, "", "worker", "run", "--block", "100ms", "--concurrency", "4",
+		"--handler-timeout", "1s", "--pipe-start-timeout", "200ms", "--pipe-restarts", "1", "--pipe", slow)
+	if code != 1 || !strings.Contains(errOut, "answered nothing") || !strings.Contains(errOut, "started 2 times") {
+		t.Fatalf("--pipe-start-timeout 200ms: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = exitCode(t, env, "", "worker", "run", "--block", "100ms", "--concurrency", "4",
+		"--handler-timeout", "1s", "--pipe", slow)
+	var sum struct{ Acked, Failed int64 }
+	json.Unmarshal([]byte(out), &sum)
+	if code != 0 || sum.Acked != n || sum.Failed != 0 || strings.Contains(errOut, "restarting") {
+		t.Fatalf("the default --pipe-start-timeout: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
