@@ -192,6 +192,9 @@ func runAction(c *cli.Context) error {
 	if err := configure(c, &stream.Consumer{}); err != nil { // flags first, before any connection
 		return err
 	}
+	if c.String("pipe") != "" {
+		defer pipeProcs(os.Getenv)()
+	}
 	s, err := openConsumer(c)
 	if err != nil {
 		return err
@@ -209,7 +212,6 @@ func runAction(c *cli.Context) error {
 	if pipe != nil {
 		pipe.stop = cancel
 		defer pipe.close(c.Duration("grace"))
-		defer pipeProcs(os.Getenv)()
 	}
 	if err := attachArchive(c, s); err != nil {
 		return err
