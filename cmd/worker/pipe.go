@@ -410,7 +410,7 @@ func (p *pipeHandler) close(grace time.Duration) {
 // written before the co-process was ready waits from when it was (ready),
 // so an interpreter that takes seconds to load does not spend the first
 // deliveries' timeout. One that answers nothing at all is still ended,
-// start after its start and timeout later.
+// start plus timeout after it started.
 func (cp *coproc) watch(timeout, start time.Duration) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
