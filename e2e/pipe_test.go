@@ -98,7 +98,7 @@ func TestPipe_BrokenCoprocessStopsTheRun(t *testing.T) {
 	}
 }
 
-// TestPipe_SlowStartIsNotTheEntriesTime: a co-process that takes 1.5 s to
+// TestPipe_SlowStartIsNotTheEntriesTime: a co-process that takes 2.5 s to
 // start (an interpreter loading its libraries) under --handler-timeout 1s
 // keeps its first deliveries: their timeout counts from its first answer.
 // With --pipe-start-timeout 200ms it is ended at each start instead, and
@@ -108,7 +108,7 @@ func TestPipe_SlowStartIsNotTheEntriesTime(t *testing.T) {
 	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
 	const n = 40
 	silt(t, strings.Repeat(`{"k":"v"}`+"\n", n), env, "worker", "append")
-	slow := `sleep 1.5; exec sed -u -e 's/^{"id":"\([^"]*\)".*/{"id":"\1","ok":true}/'`
+	slow := `sleep 2.5; exec sed -u -e 's/^{"id":"\([^"]*\)".*/{"id":"\1","ok":true}/'`
 	code, out, errOut := exitCode(t, env, "", "worker", "run", "--block", "100ms", "--concurrency", "4",
 		"--handler-timeout", "1s", "--pipe-start-timeout", "200ms", "--pipe-restarts", "1", "--pipe", slow)
 	if code != 1 || !strings.Contains(errOut, "answered nothing") || !strings.Contains(errOut, "started 2 times") {
