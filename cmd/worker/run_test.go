@@ -217,6 +217,8 @@ func TestRun_UsageErrors(t *testing.T) {
 		{[]string{"--group", "g", "--stdout", "--count", "-1"}, "--count"},
 		{[]string{"--group", "g", "--stdout", "--block", "0s"}, "--block"},
 		{[]string{"--group", "g", "--stdout", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"--group", "g", "--pipe", "cat", "--pipe-start-timeout", "-1s"}, "--pipe-start-timeout"},
+		{[]string{"--group", "g", "--pipe", "cat", "--pipe-start-timeout", "soon"}, "pipe-start-timeout"},
 	} {
 		srv := testserver.Redis(t)
 		code, _, errOut := runWorker(t, "", append(append(base, "--redis", srv.URL()), tc.args...)...)
