@@ -100,11 +100,10 @@ type coproc struct {
 	dead    chan struct{}      // closed once it is over
 	why     error
 
-	started       time.Time
-	answered      atomic.Bool   // a line came on its stdout
-	answeredAfter atomic.Int64  // the first line's time since started, set before answered
-	firstAnswer   chan struct{} // closed once answered is set
-	silent        sync.Once     // the buffering warning, given once
+	started     time.Time
+	firstLine   atomic.Int64  // when the first line came on its stdout, in ns after started; 0: none yet
+	firstAnswer chan struct{} // closed once firstLine is set
+	silent      sync.Once     // the buffering warning, given once
 }
 
 // pending is a delivery in flight: where its result goes and when it was
@@ -147,7 +146,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	if err := cp.in.send(append(line, '\n')); err != nil {
 		cp.end(fmt.Errorf("writing to its stdin: %w", err)) // answers ch below, with no verdict
 	}
-	if !cp.answered.Load() && (p.timeout <= 0 || p.startTimeout+p.timeout > silenceWarn) {
+	if !cp.answered() && (p.timeout <= 0 || p.startTimeout+p.timeout > silenceWarn) {
 		// --handler-timeout is kept by cp.watch, one timer for all in flight
 		t := time.AfterFunc(silenceWarn, func() { p.warnSilent(cp, id) })
 		defer t.Stop()
@@ -204,7 +203,7 @@ func (cp *coproc) graceOver(ctx context.Context, id string) {
 
 // warnSilent warns, once per co-process, that it has answered nothing yet.
 func (p *pipeHandler) warnSilent(cp *coproc, id string) {
-	if cp.answered.Load() || cp.over() {
+	if cp.answered() || cp.over() {
 		return
 	}
 	cp.silent.Do(func() {
@@ -329,9 +328,8 @@ func (cp *coproc) readUntil(own string) (r pipeResult, ours bool) {
 	for {
 		line, err := cp.rd.ReadSlice('\n')
 		if len(line) > 0 && (err == nil || err == io.EOF) {
-			if !cp.answered.Load() { // only the turn's holder reads: one first line
-				cp.answeredAfter.Store(int64(time.Since(cp.started)))
-				cp.answered.Store(true)
+			if !cp.answered() { // only the turn's holder reads: one first line
+				cp.firstLine.Store(max(int64(time.Since(cp.started)), 1))
 				close(cp.firstAnswer)
 			}
 			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
@@ -438,7 +436,7 @@ func (cp *coproc) watch(timeout, start time.Duration) {
 			continue
 		}
 		hint := "hung?"
-		if !cp.answered.Load() {
+		if !cp.answered() {
 			hint = fmt.Sprintf("it answered nothing in the %s since it started (--pipe-start-timeout %s, then --handler-timeout): "+
 				"hung, or buffering its stdout? (docs/pipe.md)", time.Since(cp.started).Round(time.Millisecond), start)
 		}
@@ -450,11 +448,14 @@ func (cp *coproc) watch(timeout, start time.Duration) {
 // ready is when the co-process could first take a delivery: its first
 // answer, or start after it started if it has not answered by then.
 func (cp *coproc) ready(start time.Duration) time.Time {
-	if cp.answered.Load() {
-		start = min(start, time.Duration(cp.answeredAfter.Load()))
+	if cp.answered() {
+		start = min(start, time.Duration(cp.firstLine.Load()))
 	}
 	return cp.started.Add(start)
 }
+
+// answered says whether a line has come on its stdout.
+func (cp *coproc) answered() bool { return cp.firstLine.Load() != 0 }
 
 // oldest returns the delivery in flight the longest and when it was sent;
 // "" when none is.
