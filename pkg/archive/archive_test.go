@@ -86,6 +86,39 @@ func history(t *testing.T, a *archive.Archive, from, to brand.StreamID) (ids []b
 	return ids, fromArchive
 }
 
+// A run folds its first slice while it refreshes the remote, from the
+// state its volume held before. When the refresh finds commits the volume
+// had not seen (a peer's), that fold is dropped and the slice is folded
+// again after them: the history holds every entry once, in order, and the
+// newest KeepLast stay live.
+func TestRun_FirstFoldRedoneAfterAPeersCommits(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ids := e.appendN(t, 200)
+	stale, peer := e.open(t), e.open(t) // both opened before any commit
+	peer.SliceEntries = 50                // Exact false: its trim leaves archived entries live
+	stale.SliceEntries, stale.Exact = 50, true
+	if res, err := peer.Run(ctx, archive.Policy{KeepLast: 120}, nil); err != nil || res.Archived != 80 {
+		t.Fatalf("the peer's run: %+v, %v", res, err)
+	}
+	ids = append(ids, e.appendN(t, 30)...)
+	res, err := stale.Run(ctx, archive.Policy{KeepLast: 20}, nil)
+	if err != nil || res.Archived != 130 || res.LostRaces != 0 {
+		t.Fatalf("the run of a volume opened before the peer's commits: %+v, %v; want 130 archived after the peer's 80, no race lost", res, err)
+	}
+	got, fromArchive := history(t, e.open(t), stream.First, stream.Last)
+	if !slices.Equal(got, ids) || fromArchive != 210 {
+		t.Fatalf("history: %d entries (%d from the archive), want the %d appended once each, in order, 210 of them archived", len(got), fromArchive, len(ids))
+	}
+	if n := xlen(t, e); n != 20 {
+		t.Fatalf("%d live, want the newest 20", n)
+	}
+	st, err := e.open(t).Status(ctx, "")
+	if err != nil || st.Archived != 210 || st.LostOutside != 0 {
+		t.Fatalf("status: %+v, %v; want 210 archived, none lost", st, err)
+	}
+}
+
 // A slice is folded while the one before uploads, before that one's trim,
 // so the count of live entries below the watermark is carried from slice to
 // slice: with approximate trims (which leave some archived entries live) and

@@ -56,21 +56,6 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if p.KeepLast <= 0 && p.KeepFor <= 0 {
 		return res, ErrNoPolicy
 	}
-	if err := a.vol.Refresh(ctx); err != nil {
-		return res, err
-	}
-	if err := a.checkIdentity(ctx); err != nil {
-		return res, err
-	}
-	var st state
-	if st, err = stateOf(a.vol.Latest()); err != nil {
-		return res, err
-	}
-	// A crash between commit and trim leaves archived entries live: trim
-	// them, up to what the proof reached.
-	if _, err := a.trim(ctx, &res); err != nil {
-		return res, err
-	}
 	// One run archives up to the stream's top as it is now; what producers
 	// append meanwhile waits for the next run, so a run always ends.
 	info, err := a.log.Info(ctx)
@@ -81,8 +66,40 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if err != nil && info.LastGeneratedID != "" {
 		return res, fmt.Errorf("archive %s: last-generated-id: %w", a.log.Key(), err)
 	}
+	// One fold reads at a time: the run's folds share a reader.
+	a.flat = a.log.FlatReader()
+	defer func() { a.flat.Close(); a.flat = nil }()
+	// The first slice is folded while the remote is refreshed and proven
+	// (a round trip to the remote at least), from the state this volume
+	// held before: the refresh rarely moves it. It only reads the stream;
+	// if the remote is refused, it is dropped, and if the refresh found
+	// commits this volume had not seen (a peer's), it is folded again
+	// after them.
+	early, stopEarly := a.foldEarly(ctx, p, top)
+	defer stopEarly() // no fold outlives its run
+	if err := a.vol.Refresh(ctx); err != nil {
+		return res, err
+	}
+	if err := a.checkIdentity(ctx); err != nil {
+		return res, err
+	}
+	var st state
+	if st, err = stateOf(a.vol.Latest()); err != nil {
+		return res, err
+	}
+	// The early fold is done before anything is trimmed: a fold never
+	// counts live entries while a trim removes them.
+	f, foldedEarly := early(st)
+	// A crash between commit and trim leaves archived entries live: trim
+	// them, up to what the proof reached.
+	trimmed, err := a.trim(ctx, &res)
+	if err != nil {
+		a.arenas.put(f.blocks)
+		return res, err
+	}
 	// A volume written before checkpoints gets its first one here.
 	if _, err := a.vol.Checkpoint(ctx, false); err != nil {
+		a.arenas.put(f.blocks)
 		return res, fmt.Errorf("archive %s: %w", a.log.Key(), err)
 	}
 	// Three slices are in the works at once: the next one is read and
@@ -104,10 +121,12 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 			<-proving.done
 		}
 	}()
-	// One fold reads at a time: the run's folds share a reader.
-	a.flat = a.log.FlatReader()
-	defer func() { a.flat.Close(); a.flat = nil }()
-	f, err := a.fold(ctx, p, st, top, uncounted)
+	if foldedEarly {
+		err = f.err
+		f.live = f.live.trimmed(trimmed)
+	} else {
+		f, err = a.fold(ctx, p, st, top, uncounted)
+	}
 	for err == nil && ctx.Err() == nil && len(f.pages) > 0 {
 		ahead := make(chan folded, 1)
 		go func(after state, live liveBelow) {
@@ -148,6 +167,49 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		return res, err
 	}
 	return res, a.prune(ctx, &res)
+}
+
+// foldEarly starts folding the run's first slice from the state the
+// volume holds now, before the refresh. take waits for that fold and
+// returns it if st, the state the run proved, is the one it started from;
+// otherwise (another state, or no early fold: the volume's newest commit
+// does not parse) it returns false, with the fold's blocks given back.
+// stop cancels a fold not taken and waits for it.
+func (a *Archive) foldEarly(ctx context.Context, p Policy, top brand.StreamID) (take func(st state) (folded, bool), stop func()) {
+	from, err := stateOf(a.vol.Latest())
+	if err != nil {
+		return func(state) (folded, bool) { return folded{}, false }, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan folded, 1)
+	go func() {
+		f, err := a.fold(ctx, p, from, top, uncounted)
+		f.err = err
+		out <- f
+	}()
+	var f folded
+	taken := false
+	wait := func() {
+		if !taken {
+			f, taken = <-out, true
+		}
+	}
+	take = func(st state) (folded, bool) {
+		wait()
+		if st != from {
+			a.arenas.put(f.blocks)
+			return folded{}, false
+		}
+		return f, true
+	}
+	stop = func() {
+		cancel()
+		if !taken {
+			wait()
+			a.arenas.put(f.blocks)
+		}
+	}
+	return take, stop
 }
 
 // compact merges small segments after a run's slices, a bounded amount
