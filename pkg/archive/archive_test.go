@@ -96,7 +96,7 @@ func TestRun_FirstFoldRedoneAfterAPeersCommits(t *testing.T) {
 	e := newEnv(t)
 	ids := e.appendN(t, 200)
 	stale, peer := e.open(t), e.open(t) // both opened before any commit
-	peer.SliceEntries = 50                // Exact false: its trim leaves archived entries live
+	peer.SliceEntries = 50              // Exact false: its trim leaves archived entries live
 	stale.SliceEntries, stale.Exact = 50, true
 	if res, err := peer.Run(ctx, archive.Policy{KeepLast: 120}, nil); err != nil || res.Archived != 80 {
 		t.Fatalf("the peer's run: %+v, %v", res, err)
