@@ -56,6 +56,9 @@ func BenchmarkArchive_Ratio(b *testing.B) { archiveRatio(b, 0) }
 // ms first, on silt's side and on the raw PUTs' alike. Where the remote's
 // round trips, not the machine's cores, bound a run, it shows what a run
 // overlaps: the next slice's fold and create with this slice's proof.
+// reopen-ms, beside get-ms (one GET of a commit), is what opening the
+// archive again on its data directory takes, as each scheduled run does
+// before its run: outside the ratio.
 //
 //	go test -run '^$' -bench Archive_FarRemote_Ratio -benchtime 9x ./pkg/archive
 func BenchmarkArchive_FarRemote_Ratio(b *testing.B) { archiveRatio(b, 20*time.Millisecond) }
@@ -81,16 +84,17 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		return st
 	}
 	var objects [][]byte // the last silt round's commit objects
-	var siltT, scanT, putT, bothT []time.Duration
+	var siltT, scanT, putT, bothT, reopenT, getT []time.Duration
 	silt := func(tb testing.TB) int {
 		round++
 		var a *archive.Archive
 		st := open(tb, fmt.Sprint("r", round))
+		l, _ := stream.NewLog(rdb, ks, fmt.Sprintf("s%d", round), brand.EVT)
+		dir := tb.TempDir()
 		benchratio.Untimed(func() {
-			l, _ := stream.NewLog(rdb, ks, fmt.Sprintf("s%d", round), brand.EVT)
 			fill(b, l, benchEntries)
 			var err error
-			if a, err = archive.Open(ctx, l, tb.TempDir(), st); err != nil {
+			if a, err = archive.Open(ctx, l, dir, st); err != nil {
 				tb.Fatal(err)
 			}
 			a.SliceEntries = 5000
@@ -101,7 +105,21 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		if err != nil || res.Archived != benchEntries-1 {
 			tb.Fatalf("run %+v %v", res, err)
 		}
-		benchratio.Untimed(func() { objects = commitObjects(tb, st) })
+		benchratio.Untimed(func() {
+			objects = commitObjects(tb, st)
+			// What a scheduled run opens with: the archive again, on its
+			// data directory, against one GET of a commit.
+			start := time.Now()
+			if _, err := archive.Open(ctx, l, dir, st); err != nil {
+				tb.Fatal(err)
+			}
+			reopenT = append(reopenT, time.Since(start))
+			start = time.Now()
+			if _, err := st.Get(ctx, fmt.Sprintf("%s/commits/%020d", a.Volume().Name(), res.LSN), fence.Range{}); err != nil {
+				tb.Fatal(err)
+			}
+			getT = append(getT, time.Since(start))
+		})
 		return int(res.Archived)
 	}
 	scan := func(tb testing.TB, key string) int {
@@ -157,6 +175,8 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		floor[i] = max(scanT[i], putT[i])
 	}
 	benchratio.ReportTimeRatio(b, "both-floor", bothT, floor)
+	benchratio.ReportMS(b, "reopen", reopenT)
+	benchratio.ReportMS(b, "get", getT)
 }
 
 // distant is a remote whose every request waits a fixed time first (a

@@ -21,9 +21,23 @@ func (v *Volume) Refresh(ctx context.Context) error {
 	return v.refresh(ctx)
 }
 
-func (v *Volume) refresh(ctx context.Context) error {
+func (v *Volume) refresh(ctx context.Context) error { return v.refreshFrom(ctx, nil) }
+
+// refreshFrom is refresh with its first probe possibly made already:
+// first, when set and still for the commit after the head, gives it.
+func (v *Volume) refreshFrom(ctx context.Context, first *early[*Commit]) error {
 	for {
-		c, err := v.fetchCommit(ctx, v.headLSN()+1)
+		lsn := v.headLSN() + 1
+		var c *Commit
+		var err error
+		if first != nil && first.lsn == lsn {
+			if c, err = first.wait(); err == nil {
+				err = v.writeCommitFile(c.LSN, c.raw)
+			}
+		} else {
+			c, err = v.fetchCommit(ctx, lsn)
+		}
+		first = nil
 		if errors.Is(err, fence.ErrNotFound) {
 			return nil
 		}
@@ -175,13 +189,13 @@ const maxTail = 16 * CheckpointEvery
 // sameHistory checks that the remote holds the local head commit, byte for
 // byte: a data directory pointed at another remote (or at one that lost
 // commits) must not chain new commits onto a history the remote never had.
-func (v *Volume) sameHistory(ctx context.Context) error {
+func (v *Volume) sameHistory(ctx context.Context, read *early[*Commit]) error {
 	head := v.head()
 	if head == nil {
 		return nil
 	}
 	key := v.commitKey(head.LSN)
-	theirs, err := v.readCommit(ctx, key)
+	theirs, err := read.wait()
 	if errors.Is(err, fence.ErrNotFound) {
 		// gc --drop-old-commits removes commits a checkpoint covers: then
 		// the local state is just behind, and the remote's checkpoint is
@@ -242,8 +256,8 @@ func (v *Volume) rebase(ctx context.Context, lsn uint64) {
 // commits were dropped (DropOldCommits) an older checkpoint is the only way
 // in. Without a usable checkpoint a volume with no local state reads the
 // whole commit chain.
-func (v *Volume) catchUp(ctx context.Context) (current bool, err error) {
-	keys, err := v.store.List(ctx, v.name+"/checkpoints/", "", jumpTries) // newest first
+func (v *Volume) catchUp(ctx context.Context, list *early[[]string]) (current bool, err error) {
+	keys, err := list.wait() // newest first
 	if err != nil {
 		return false, fmt.Errorf("open volume %s: %w", v.name, err)
 	}
@@ -347,4 +361,70 @@ func (v *Volume) jump(ctx context.Context, key string, lsn uint64) (current bool
 	}
 	// The local commit file of the checkpoint's commit, for a later open's chain check.
 	return current, v.writeCommitFile(lsn, []byte(ck.Commit))
+}
+
+// openReads are an open's first reads of the remote, made at once rather
+// than one after another (each a round trip, tens of milliseconds to a
+// bucket in another region): the local head's commit (sameHistory), the
+// newest checkpoints (catchUp) and, with a local head, the commit after it
+// (refresh's first probe). Each is used where the open makes its checks,
+// in their order; a read the open no longer needs (a check failed, a
+// checkpoint moved the head) is cancelled.
+type openReads struct {
+	head, next  *early[*Commit]
+	checkpoints *early[[]string]
+	cancel      context.CancelFunc
+}
+
+// readAtOnce starts an open's first reads.
+func (v *Volume) readAtOnce(ctx context.Context) openReads {
+	ctx, cancel := context.WithCancel(ctx)
+	r := openReads{cancel: cancel}
+	r.checkpoints = start(0, func() ([]string, error) {
+		return v.store.List(ctx, v.name+"/checkpoints/", "", jumpTries)
+	})
+	if head := v.head(); head != nil {
+		r.head = start(head.LSN, func() (*Commit, error) { return v.readCommit(ctx, v.commitKey(head.LSN)) })
+		r.next = start(head.LSN+1, func() (*Commit, error) { return v.getCommit(ctx, head.LSN+1) })
+	}
+	return r
+}
+
+// stop cancels the reads not used and waits for them.
+func (r openReads) stop() {
+	r.cancel()
+	r.checkpoints.done()
+	r.head.done()
+	r.next.done()
+}
+
+// early is one read started ahead of its use: of the commit at lsn, or
+// (lsn 0) a list.
+type early[T any] struct {
+	lsn uint64
+	ch  chan struct{}
+	val T
+	err error
+}
+
+func start[T any](lsn uint64, read func() (T, error)) *early[T] {
+	e := &early[T]{lsn: lsn, ch: make(chan struct{})}
+	go func() {
+		defer close(e.ch)
+		e.val, e.err = read()
+	}()
+	return e
+}
+
+// wait returns the read's result once it is done.
+func (e *early[T]) wait() (T, error) {
+	<-e.ch
+	return e.val, e.err
+}
+
+// done waits for the read, if one was started.
+func (e *early[T]) done() {
+	if e != nil {
+		<-e.ch
+	}
 }

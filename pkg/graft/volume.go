@@ -114,16 +114,18 @@ func OpenWith(ctx context.Context, dataDir, name string, store fence.Store, opt 
 	if err := v.loadLocal(); err != nil {
 		return nil, err
 	}
-	if err := v.sameHistory(ctx); err != nil {
+	reads := v.readAtOnce(ctx)
+	defer reads.stop() // no read outlives the open
+	if err := v.sameHistory(ctx, reads.head); err != nil {
 		return nil, err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	current, err := v.catchUp(ctx)
+	current, err := v.catchUp(ctx, reads.checkpoints)
 	if err != nil || current {
 		return v, err
 	}
-	return v, v.refresh(ctx)
+	return v, v.refreshFrom(ctx, reads.next)
 }
 
 func randomID() string {
