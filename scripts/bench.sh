@@ -70,6 +70,8 @@ BEGIN {
 	id["Archive_Steps commit"] = "P3 commit (÷ raw create)"; goal["P3 commit (÷ raw create)"] = "<= 1.2"; cmd["P3 commit (÷ raw create)"] = "the same"
 	id["Archive_Steps create"] = "P3 create, the commit without its proof (÷ raw create)"; goal["P3 create, the commit without its proof (÷ raw create)"] = "none"; cmd["P3 create, the commit without its proof (÷ raw create)"] = "the same"
 	id["Archive_Steps create-floor"] = "P3 create ÷ staged floor (raw create + local fsync beside)"; goal["P3 create ÷ staged floor (raw create + local fsync beside)"] = "none"; cmd["P3 create ÷ staged floor (raw create + local fsync beside)"] = "the same"
+	id["Upload_Ratio staged"] = "P4 against its staged floor (raw create + local fsync beside)"; goal["P4 against its staged floor (raw create + local fsync beside)"] = "none"; cmd["P4 against its staged floor (raw create + local fsync beside)"] = "the same as P4"
+	id["Upload_Ratio staged-floor"] = "P4 reachable (raw create ÷ staged floor)"; goal["P4 reachable (raw create ÷ staged floor)"] = "none"; cmd["P4 reachable (raw create ÷ staged floor)"] = "the same"
 	id["Archive_FarRemote_Ratio"] = "P3 far (remote 20 ms away)"; goal["P3 far (remote 20 ms away)"] = ">= 0.85"; cmd["P3 far (remote 20 ms away)"] = "-bench Archive_FarRemote_Ratio ./pkg/archive (MinIO, each request delayed 20 ms)"
 	id["Archive_FarRemote_Ratio both"] = ""; id["Archive_FarRemote_Ratio floor"] = "P3 far reachable"; goal["P3 far reachable"] = "none"; cmd["P3 far reachable"] = "the same"
 	id["BullMQ_Ratio/go-noop-c1"] = "P13 go c1";  goal["P13 go c1"] = ">= 10";  cmd["P13 go c1"] = "-bench BullMQ_Ratio ./peers (in bench/; Go worker ÷ BullMQ 6.7, no-op, concurrency 1)"
@@ -94,6 +96,8 @@ BEGIN {
 	if ("cpu-ratio" in m) row(id[name " cpu"], m["cpu-ratio"], m["cpu-ratio-min"], m["cpu-ratio-max"], $2)
 	if ("ratio-both" in m) row(id[name " both"], m["ratio-both"], "", "", $2)
 	if ("both-floor" in m) row(id[name " floor"], m["both-floor"], "", "", $2)
+	if ("ratio-staged" in m) row(id[name " staged"], m["ratio-staged"], "", "", $2)
+	if ("staged-floor" in m) row(id[name " staged-floor"], m["staged-floor"], "", "", $2)
 	if ("fold-ratio" in m) row(id[name " fold"], m["fold-ratio"], m["fold-ratio-min"], m["fold-ratio-max"], $2)
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 	if ("create-ratio" in m) row(id[name " create"], m["create-ratio"], m["create-ratio-min"], m["create-ratio-max"], $2)
