@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -599,4 +600,59 @@ func TestConsumer_AdaptiveReadSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stream fed an entry at a time is read once per entry: a batch shorter
+// than its read asked for emptied the stream, so no read ahead goes out
+// after it to come back empty (a round trip the next entry's blocking read
+// waited behind). Each entry's ack rides on the read after it.
+func TestConsumer_AStreamFedAnEntryAtATimeIsReadOncePerEntry(t *testing.T) {
+	const n = 20
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	c, err := stream.NewConsumer(l, "g", "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Block, c.MaxEntries = 5*time.Second, n
+	done := make(chan stream.Summary, 1)
+	handled := make(chan struct{}, n)
+	go func() {
+		sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error { handled <- struct{}{}; return nil })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sum
+	}()
+	if _, err := l.Append(ctx, stream.Fields{"n": "0"}); err != nil { // the group exists once this is handled
+		t.Fatal(err)
+	}
+	<-handled
+	before := calls(t, rdb, "xreadgroup")
+	for i := 1; i < n; i++ {
+		if _, err := l.Append(ctx, stream.Fields{"n": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		<-handled
+		time.Sleep(2 * time.Millisecond) // the worker is back in its blocking read
+	}
+	sum := <-done
+	if sum.Acked != n {
+		t.Fatalf("summary %+v", sum)
+	}
+	if reads := calls(t, rdb, "xreadgroup") - before; reads > n+1 {
+		t.Fatalf("%d XREADGROUP for %d entries appended one at a time, want one each, not a read ahead after each too", reads, n-1)
+	}
+}
+
+// calls returns how many times the server has run command.
+func calls(t *testing.T, rdb *redis.Client, command string) int {
+	t.Helper()
+	for _, line := range strings.Split(rdb.Info(context.Background(), "commandstats").Val(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
 }
