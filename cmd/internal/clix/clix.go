@@ -274,17 +274,22 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w%s", redactAll(urls), scrubAll(err, urls), tlsHint(opts, err))
 	}
-	if single, ok := rdb.(*redis.Client); ok && clusterEnabled(ctx, single) {
-		// One URL of a cluster's node: a plain client would answer MOVED
-		// for every key of another node's slots.
-		rdb.Close()
-		rdb = newClient(opts, true)
-		if err := ping(ctx, rdb, wait); err != nil {
+	var memory *redis.StringCmd // a single node's INFO memory, read with INFO cluster
+	if single, ok := rdb.(*redis.Client); ok {
+		var cluster bool
+		cluster, memory = clusterEnabled(ctx, single)
+		if cluster {
+			// One URL of a cluster's node: a plain client would answer
+			// MOVED for every key of another node's slots.
 			rdb.Close()
-			return nil, fmt.Errorf("redis cluster at %s: %w", redactAll(urls), scrubAll(err, urls))
+			rdb, memory = newClient(opts, true), nil
+			if err := ping(ctx, rdb, wait); err != nil {
+				rdb.Close()
+				return nil, fmt.Errorf("redis cluster at %s: %w", redactAll(urls), scrubAll(err, urls))
+			}
 		}
 	}
-	if err := checkEviction(ctx, c, rdb); err != nil {
+	if err := checkEviction(ctx, c, rdb, memory); err != nil {
 		rdb.Close()
 		return nil, err
 	}
@@ -294,10 +299,15 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 // checkEviction refuses a Redis (every master of a cluster) that may evict
 // keys: with a maxmemory and a policy other than noeviction, Redis deletes
 // streams, dead letters and records to make room, silently. --allow-eviction
-// lets a run go on, with a warning every time.
-func checkEviction(ctx context.Context, c *cli.Context, rdb redis.UniversalClient) error {
+// lets a run go on, with a warning every time. memory, when set, is a
+// single node's INFO memory, already read.
+func checkEviction(ctx context.Context, c *cli.Context, rdb redis.UniversalClient, memory *redis.StringCmd) error {
 	check := func(ctx context.Context, n redis.UniversalClient) error {
-		info, err := n.Info(ctx, "memory").Result()
+		read := memory
+		if read == nil {
+			read = n.Info(ctx, "memory")
+		}
+		info, err := read.Result()
 		if err != nil {
 			return fmt.Errorf("redis: read maxmemory-policy (INFO memory): %w", err)
 		}
@@ -320,10 +330,16 @@ func checkEviction(ctx context.Context, c *cli.Context, rdb redis.UniversalClien
 
 // clusterEnabled reports whether the node rdb talks to is a Redis Cluster
 // node (INFO cluster says cluster_enabled:1). A server that refuses INFO
-// is taken as a single node, as it was before this check.
-func clusterEnabled(ctx context.Context, rdb *redis.Client) bool {
-	info, err := rdb.Info(ctx, "cluster").Result()
-	return err == nil && infoField(info, "cluster_enabled") == "1"
+// is taken as a single node, as it was before this check. The node's INFO
+// memory, which checkEviction reads, goes in the same round trip.
+func clusterEnabled(ctx context.Context, rdb *redis.Client) (bool, *redis.StringCmd) {
+	var cluster, memory *redis.StringCmd
+	rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cluster, memory = p.Info(ctx, "cluster"), p.Info(ctx, "memory")
+		return nil
+	})
+	info, err := cluster.Result()
+	return err == nil && infoField(info, "cluster_enabled") == "1", memory
 }
 
 // infoField returns the value of name in an INFO reply ("" when absent).
