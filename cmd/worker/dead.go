@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -109,6 +110,7 @@ func deadRetry(c *cli.Context) error {
 		return err
 	}
 	if pipe != nil {
+		defer pipeProcs(os.Getenv)() // put back after the co-process is closed
 		defer pipe.close(10 * time.Second)
 	}
 	res, err := s.consumer.RetryDead(c.Context, h, match)

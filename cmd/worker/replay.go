@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -60,6 +61,7 @@ func replayAction(c *cli.Context) error {
 		return err
 	}
 	if pipe != nil {
+		defer pipeProcs(os.Getenv)() // put back after the co-process is closed
 		defer pipe.close(10 * time.Second)
 	}
 	sess, err := clix.OpenSession(c, t)

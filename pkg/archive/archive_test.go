@@ -823,3 +823,58 @@ func TestStatus_RemoteMovesDuringEveryRead(t *testing.T) {
 		t.Fatalf("status read with the archiver paused: %+v", st)
 	}
 }
+
+// slowSets delays every SET by d: a checkpoint still being written when
+// the replay's next step comes.
+type slowSets struct{ d time.Duration }
+
+func (slowSets) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s slowSets) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "set" {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (slowSets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A replay writes each checkpoint while the next entry is handled, and
+// waits for it before the one after and before it returns: a handler
+// failure leaves the checkpoint at the entry before it, and a finished
+// replay at its last entry, however slow Redis is to take them.
+func TestReplay_CheckpointsWrittenBesideTheNextEntry(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ids := e.appendN(t, 30)
+	e.rdb.AddHook(slowSets{20 * time.Millisecond})
+	var handled []brand.ID
+	failAt := ids[10]
+	h := func(_ context.Context, d stream.Delivery) error {
+		if d.ID == failAt {
+			return errors.New("not now")
+		}
+		handled = append(handled, d.ID)
+		return nil
+	}
+	res, err := archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "fix", stream.First, stream.Last, h)
+	if err == nil || res.Replayed != 10 {
+		t.Fatalf("replay: %+v, %v; want it stopped at entry 10", res, err)
+	}
+	if sid, _, err := e.log.ReplayCheckpoint(ctx, "fix"); err != nil || sid != ids[9].StreamID {
+		t.Fatalf("checkpoint after a handler failure: %s, %v; want entry 9's %s", sid, err, ids[9].StreamID)
+	}
+	failAt = brand.ID{}
+	res, err = archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "fix", stream.First, stream.Last, h)
+	if err != nil || !res.Done || res.Replayed != 20 {
+		t.Fatalf("rerun: %+v, %v; want the other 20", res, err)
+	}
+	if sid, _, err := e.log.ReplayCheckpoint(ctx, "fix"); err != nil || sid != ids[29].StreamID {
+		t.Fatalf("checkpoint after the rerun: %s, %v; want the last entry's %s", sid, err, ids[29].StreamID)
+	}
+	if !slices.Equal(handled, ids) {
+		t.Fatalf("handled %d entries, want the 30 once each, in order", len(handled))
+	}
+}
