@@ -375,26 +375,35 @@ func (r *run) keepOwnership(ctx context.Context, jobs []*job, readAt time.Time) 
 	})
 }
 
-// repeat calls fn after first, then every period, in a goroutine, with a
-// context that outlives ctx's cancellation; stop ends it and waits for it.
+// repeat calls fn after first, then every period, with a context that
+// outlives ctx's cancellation; stop ends it and waits for a call under way.
+// It runs on a timer: no goroutine exists until a call is due, and most
+// batches end before their first renewal (a goroutine started and ended
+// with each batch of one was a wake-up of another thread on the path to
+// its handler).
 func repeat(ctx context.Context, first, period time.Duration, fn func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTimer(max(first, 0))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			fn(ctx)
-			t.Reset(period)
+	var mu sync.Mutex // held while fn runs
+	var t *time.Timer
+	stopped := false
+	mu.Lock() // the first call waits until t is set
+	t = time.AfterFunc(max(first, 0), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { cancel(); <-done }
+		fn(ctx)
+		t.Reset(period)
+	})
+	mu.Unlock()
+	return func() {
+		cancel() // a call under way gives up its requests
+		t.Stop()
+		mu.Lock() // waits for a call under way
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // renew runs renewScript over ids; a failure is logged, not fatal: the
