@@ -74,6 +74,7 @@ type Archive struct {
 	anchor   uint64             // the LSN of the commit proven last
 	arenas   arenas             // blocks a created slice's pages were cut from
 	flat     *stream.FlatReader // a run's folds read on it
+	openedAt time.Time          // when the open's refresh ended; zero once a run has used it
 }
 
 var escaper = strings.NewReplacer("_", "_5F", ".", "_2E")
@@ -136,8 +137,28 @@ func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.
 	if err != nil {
 		return nil, err
 	}
-	a.vol = vol
+	a.vol, a.openedAt = vol, time.Now()
 	return a, nil
+}
+
+// freshOpen is how soon after the open a run may take the open's look at
+// the remote for its own (a command's open and run, back to back): the
+// run's refresh would read the same commit again, a round trip to a
+// remote in another region for nothing.
+const freshOpen = 100 * time.Millisecond
+
+// refreshForRun refreshes the volume at the start of a run, unless the
+// open just did: a commit made since is met as any made after a refresh
+// is, by the create-only fence (a lost race), the proof's own refresh when
+// Redis records a newer commit (reach), and the identity check before each
+// trim (provenTrim).
+func (a *Archive) refreshForRun(ctx context.Context) error {
+	opened := a.openedAt
+	a.openedAt = time.Time{}
+	if !opened.IsZero() && time.Since(opened) < freshOpen {
+		return nil
+	}
+	return a.vol.Refresh(ctx)
 }
 
 // setLocalAside handles a local volume that disagrees with the remote

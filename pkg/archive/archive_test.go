@@ -18,6 +18,7 @@ import (
 	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/failpoint"
 	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -876,5 +877,101 @@ func TestReplay_CheckpointsWrittenBesideTheNextEntry(t *testing.T) {
 	}
 	if !slices.Equal(handled, ids) {
 		t.Fatalf("handled %d entries, want the 30 once each, in order", len(handled))
+	}
+}
+
+// gets counts a store's GETs.
+type gets struct {
+	fence.Store
+	n atomic.Int64
+}
+
+func (g *gets) Get(ctx context.Context, key string, r fence.Range) ([]byte, error) {
+	g.n.Add(1)
+	return g.Store.Get(ctx, key, r)
+}
+
+// A run started right after its open takes the open's look at the remote
+// for its own: it reads the remote only to read back its commits. A second
+// run of the same archive refreshes first.
+func TestRun_RightAfterTheOpenReadsBackOnly(t *testing.T) {
+	ctx := context.Background()
+	local, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &gets{Store: local}
+	e := newEnvOn(t, st)
+	dir := t.TempDir()
+	run := func(a *archive.Archive) archive.Result {
+		t.Helper()
+		before := st.n.Load()
+		res, err := a.Run(ctx, archive.Policy{KeepLast: 10}, nil)
+		if err != nil || res.Commits == 0 {
+			t.Fatalf("run: %+v, %v", res, err)
+		}
+		if got := st.n.Load() - before; got != res.Commits {
+			t.Errorf("the run made %d GETs for %d commits: want one read-back each and no refresh", got, res.Commits)
+		}
+		return res
+	}
+	for range 2 { // a cold data directory, then a warm one
+		e.appendN(t, 100)
+		a, err := archive.Open(ctx, e.log, dir, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SliceEntries = 40
+		run(a)
+		e.appendN(t, 50)
+		before := st.n.Load()
+		res, err := a.Run(ctx, archive.Policy{KeepLast: 10}, nil)
+		if err != nil || res.Commits == 0 || st.n.Load()-before != res.Commits+1 {
+			t.Fatalf("a second run of the archive: %+v, %v, %d GETs; want its read-backs and one refresh", res, err, st.n.Load()-before)
+		}
+	}
+}
+
+// A peer's commit made after a run looked at the remote (the open's look
+// or its own refresh: either is stale once made), and not yet recorded
+// (the peer stalls right after it), is met by the fence: the run loses the
+// race for that LSN, folds after the peer's commit and archives the rest,
+// every entry once. The peer, let go afterwards, records and trims
+// nothing of the run's.
+func TestRun_APeersCommitAfterTheRunLookedIsALostRace(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ids := e.appendN(t, 100)
+	late, peer := e.open(t), e.open(t)
+	peer.SliceEntries, late.SliceEntries, late.Exact = 30, 30, true
+	committed, release := make(chan struct{}), make(chan struct{})
+	peer.Failpoint = func(step failpoint.Name) {
+		if step == failpoint.AfterCommit {
+			close(committed)
+			<-release // stalled, its first commit unrecorded
+		}
+	}
+	peerDone := make(chan error, 1)
+	var once sync.Once
+	late.Failpoint = func(step failpoint.Name) {
+		if step == failpoint.AfterFold { // late has looked and folded; its create comes next
+			once.Do(func() {
+				go func() { _, err := peer.Run(ctx, archive.Policy{KeepLast: 10}, nil); peerDone <- err }()
+				<-committed
+			})
+		}
+	}
+	res, err := late.Run(ctx, archive.Policy{KeepLast: 10}, nil)
+	close(release)
+	perr := <-peerDone
+	if err != nil || res.LostRaces != 1 || res.Archived != 60 {
+		t.Fatalf("run: %+v, %v; want one race lost, the 60 after the peer's 30 archived", res, err)
+	}
+	got, fromArchive := history(t, e.open(t), stream.First, stream.Last)
+	if !slices.Equal(got, ids) || fromArchive != 90 {
+		t.Fatalf("history: %d entries (%d from the archive), want the 100 once each, in order, 90 archived (the peer's run: %v)", len(got), fromArchive, perr)
+	}
+	if n := xlen(t, e); n != 10 {
+		t.Fatalf("%d live, want the newest 10 (the peer's run: %v)", n, perr)
 	}
 }

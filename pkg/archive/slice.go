@@ -77,7 +77,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	// after them.
 	early, stopEarly := a.foldEarly(ctx, p, top)
 	defer stopEarly() // no fold outlives its run
-	if err := a.vol.Refresh(ctx); err != nil {
+	if err := a.refreshForRun(ctx); err != nil {
 		return res, err
 	}
 	if err := a.checkIdentity(ctx); err != nil {
