@@ -380,12 +380,12 @@ type openReads struct {
 func (v *Volume) readAtOnce(ctx context.Context) openReads {
 	ctx, cancel := context.WithCancel(ctx)
 	r := openReads{cancel: cancel}
-	r.checkpoints = start(0, func() ([]string, error) {
+	r.checkpoints = startRead(0, func() ([]string, error) {
 		return v.store.List(ctx, v.name+"/checkpoints/", "", jumpTries)
 	})
 	if head := v.head(); head != nil {
-		r.head = start(head.LSN, func() (*Commit, error) { return v.readCommit(ctx, v.commitKey(head.LSN)) })
-		r.next = start(head.LSN+1, func() (*Commit, error) { return v.getCommit(ctx, head.LSN+1) })
+		r.head = startRead(head.LSN, func() (*Commit, error) { return v.readCommit(ctx, v.commitKey(head.LSN)) })
+		r.next = startRead(head.LSN+1, func() (*Commit, error) { return v.getCommit(ctx, head.LSN+1) })
 	}
 	return r
 }
@@ -407,7 +407,8 @@ type early[T any] struct {
 	err error
 }
 
-func start[T any](lsn uint64, read func() (T, error)) *early[T] {
+// startRead starts read on a goroutine of its own.
+func startRead[T any](lsn uint64, read func() (T, error)) *early[T] {
 	e := &early[T]{lsn: lsn, ch: make(chan struct{})}
 	go func() {
 		defer close(e.ch)
