@@ -70,8 +70,9 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	a.flat = a.log.FlatReader()
 	defer func() { a.flat.Close(); a.flat = nil }()
 	// The first slice is folded while the remote is refreshed and proven
-	// (a round trip to the remote at least), from the state this volume
-	// held before: the refresh rarely moves it. It only reads the stream;
+	// (a round trip to the remote, unless the open has just made it, and
+	// reads of Redis's record), from the state this volume held before:
+	// the refresh rarely moves it. It only reads the stream;
 	// if the remote is refused, it is dropped, and if the refresh found
 	// commits this volume had not seen (a peer's), it is folded again
 	// after them.
