@@ -144,21 +144,19 @@ func OpenWith(ctx context.Context, log *stream.Log, dataDir string, store fence.
 // freshOpen is how soon after the open a run may take the open's look at
 // the remote for its own (a command's open and run, back to back): the
 // run's refresh would read the same commit again, a round trip to a
-// remote in another region for nothing.
-const freshOpen = 100 * time.Millisecond
+// remote in another region for nothing. (A variable for the tests.)
+var freshOpen = 100 * time.Millisecond
 
-// refreshForRun refreshes the volume at the start of a run, unless the
-// open just did: a commit made since is met as any made after a refresh
-// is, by the create-only fence (a lost race), the proof's own refresh when
-// Redis records a newer commit (reach), and the identity check before each
-// trim (provenTrim).
-func (a *Archive) refreshForRun(ctx context.Context) error {
+// justOpened reports whether the run starting now may take the open's look
+// at the remote for its own: it is the archive's first run, started within
+// freshOpen of the open. A commit made since is met as any made after a
+// refresh is, by the create-only fence (a lost race), the proof's own
+// refresh when Redis records a newer commit (reach), and the identity
+// check before each trim (provenTrim).
+func (a *Archive) justOpened() bool {
 	opened := a.openedAt
 	a.openedAt = time.Time{}
-	if !opened.IsZero() && time.Since(opened) < freshOpen {
-		return nil
-	}
-	return a.vol.Refresh(ctx)
+	return !opened.IsZero() && time.Since(opened) < freshOpen
 }
 
 // setLocalAside handles a local volume that disagrees with the remote

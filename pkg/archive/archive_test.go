@@ -895,6 +895,7 @@ func (g *gets) Get(ctx context.Context, key string, r fence.Range) ([]byte, erro
 // for its own: it reads the remote only to read back its commits. A second
 // run of the same archive refreshes first.
 func TestRun_RightAfterTheOpenReadsBackOnly(t *testing.T) {
+	defer archive.SetFreshOpen(time.Minute)() // a loaded machine's pause between the open and the run
 	ctx := context.Background()
 	local, err := fence.OpenLocal(t.TempDir())
 	if err != nil {

@@ -56,6 +56,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	if p.KeepLast <= 0 && p.KeepFor <= 0 {
 		return res, ErrNoPolicy
 	}
+	looked := a.justOpened()
 	// One run archives up to the stream's top as it is now; what producers
 	// append meanwhile waits for the next run, so a run always ends.
 	info, err := a.log.Info(ctx)
@@ -78,8 +79,10 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	// after them.
 	early, stopEarly := a.foldEarly(ctx, p, top)
 	defer stopEarly() // no fold outlives its run
-	if err := a.refreshForRun(ctx); err != nil {
-		return res, err
+	if !looked {
+		if err := a.vol.Refresh(ctx); err != nil {
+			return res, err
+		}
 	}
 	if err := a.checkIdentity(ctx); err != nil {
 		return res, err
