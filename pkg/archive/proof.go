@@ -362,7 +362,7 @@ func (a *Archive) readBack(ctx context.Context, c *graft.Commit) error {
 	if err := a.vol.Sync(); err != nil { // the local record's directory, synced beside the create
 		return fmt.Errorf("archive %s: commit %d: %w; nothing trimmed", a.log.Key(), c.LSN, err)
 	}
-	back, err := a.vol.ReadBack(ctx, c.LSN)
+	back, err := a.vol.ReadBack(ctx, c)
 	if err != nil {
 		return fmt.Errorf("archive %s: commit %d was created but does not read back from the remote: %w; nothing trimmed", a.log.Key(), c.LSN, err)
 	}

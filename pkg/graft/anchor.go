@@ -65,11 +65,24 @@ func (v *Volume) CommitAt(ctx context.Context, lsn uint64) (*Commit, error) {
 	}
 }
 
-// ReadBack reads the commit at lsn from the remote itself, whatever this
-// volume holds in memory or on local disk: what a reader of the remote
-// would get now.
-func (v *Volume) ReadBack(ctx context.Context, lsn uint64) (*Commit, error) {
-	return v.getCommit(ctx, lsn)
+// ReadBack reads the commit at c's LSN from the remote itself, whatever
+// this volume holds in memory or on local disk: what a reader of the
+// remote would get now. c is the commit the caller expects there: of a
+// packed commit, the first GET asks for as many last bytes as its record
+// and footer take, not the commitRead of a commit of unknown size, and
+// the remote reads less of the object. Whatever the remote holds is read
+// whole as any commit is (a longer record with a second GET) and returned
+// to be compared.
+func (v *Volume) ReadBack(ctx context.Context, c *Commit) (*Commit, error) {
+	first := int64(commitRead)
+	if c.Version == packedVersion && len(c.raw) > 0 {
+		first = int64(len(c.raw) + packedFooter)
+	}
+	back, err := v.readCommitTail(ctx, v.commitKey(c.LSN), first)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: read back commit %d: %w", v.name, c.LSN, err)
+	}
+	return back, nil
 }
 
 // ForgetLocal removes the local copies of the commit chain (commit files,

@@ -66,7 +66,13 @@ const commitRead = 64 << 10
 // last commitRead bytes, then, rarely, the longer record they name, or the
 // whole of a longer unpacked object.
 func (v *Volume) readCommit(ctx context.Context, key string) (*Commit, error) {
-	b, err := v.store.Get(ctx, key, fence.Suffix(commitRead))
+	return v.readCommitTail(ctx, key, commitRead)
+}
+
+// readCommitTail is readCommit with the first GET reading the last first
+// bytes of the object.
+func (v *Volume) readCommitTail(ctx context.Context, key string, first int64) (*Commit, error) {
+	b, err := v.store.Get(ctx, key, fence.Suffix(first))
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +90,7 @@ func (v *Volume) readCommit(ctx context.Context, key string) (*Commit, error) {
 		if rec, need, _, err = packedRecord(key, b); err != nil || need > 0 {
 			return nil, cmp.Or(err, fmt.Errorf("commit %s: %w: its footer changed between two reads", key, ErrCorrupt))
 		}
-	case !packed && len(b) == commitRead: // an unpacked object at least this long: all of it
+	case !packed && int64(len(b)) == first: // an unpacked object at least this long: all of it
 		if b, err = v.store.Get(ctx, key, fence.Range{}); err != nil {
 			return nil, err
 		}

@@ -432,3 +432,71 @@ func TestVolume_CorruptPageReadByRangeIsNamed(t *testing.T) {
 		t.Fatalf("detected %d of %d flipped page reads", detected, bad.flipped.Load())
 	}
 }
+
+// reads records the range of each GET.
+type reads struct {
+	fence.Store
+	mu     sync.Mutex
+	ranges []fence.Range
+}
+
+func (r *reads) Get(ctx context.Context, k string, rg fence.Range) ([]byte, error) {
+	r.mu.Lock()
+	r.ranges = append(r.ranges, rg)
+	r.mu.Unlock()
+	return r.Store.Get(ctx, k, rg)
+}
+
+func (r *reads) take() []fence.Range {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.ranges
+	r.ranges = nil
+	return out
+}
+
+// ReadBack asks the remote for no more of a packed commit than the record
+// it expects, in one GET; whatever commit the remote holds instead, its
+// record shorter or longer, is read whole and returned, to be refused by
+// its hash.
+func TestVolume_ReadBackReadsTheRecordItExpects(t *testing.T) {
+	ctx := context.Background()
+	local := newStore(t)
+	st := &reads{Store: local}
+	v := openVolume(t, t.TempDir(), st)
+	page := []graft.Page{{No: 1, Data: bytes.Repeat([]byte("p"), 100<<10)}} // a segment longer than any record
+	c, err := v.Commit(ctx, page, map[string]string{"w": "1-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.take()
+	back, err := v.ReadBack(ctx, c)
+	if err != nil || back.Hash() != c.Hash() {
+		t.Fatalf("read back: %v, %v", back, err)
+	}
+	got := st.take()
+	if len(got) != 1 || !got[0].IsSuffix() || -got[0].Off >= 4<<10 {
+		t.Fatalf("read back with GETs of %+v; want one of the record's last bytes, under 4 KiB", got)
+	}
+
+	// Another writer's commit 1 in its place, its record shorter or
+	// longer than this one's (a remote that kept another object).
+	for _, meta := range []map[string]string{nil, {"w": strings.Repeat("9", 10<<10)}} {
+		other := newStore(t)
+		if _, err := openVolume(t, t.TempDir(), other).Commit(ctx, page, meta); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := other.Get(ctx, "vol/commits/"+fmt.Sprintf("%020d", 1), fence.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(local.Root(), "vol", "commits", fmt.Sprintf("%020d", 1))
+		if err := os.WriteFile(path, obj, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		back, err := v.ReadBack(ctx, c)
+		if err != nil || back.Hash() == c.Hash() || back.Meta["w"] != meta["w"] {
+			t.Fatalf("read back of another commit (meta of %d bytes): %v, %v; want that commit, read whole", len(meta["w"]), back, err)
+		}
+	}
+}
