@@ -77,8 +77,8 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	// if the remote is refused, it is dropped, and if the refresh found
 	// commits this volume had not seen (a peer's), it is folded again
 	// after them.
-	early, stopEarly := a.foldEarly(ctx, p, top)
-	defer stopEarly() // no fold outlives its run
+	early := a.foldEarly(ctx, p, top)
+	defer early.stop()
 	if !looked {
 		if err := a.vol.Refresh(ctx); err != nil {
 			return res, err
@@ -93,7 +93,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	}
 	// The early fold is done before anything is trimmed: a fold never
 	// counts live entries while a trim removes them.
-	f, foldedEarly := early(st)
+	f, foldedEarly := early.take(st)
 	// A crash between commit and trim leaves archived entries live: trim
 	// them, up to what the proof reached.
 	trimmed, err := a.trim(ctx, &res)
@@ -173,47 +173,65 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 	return res, a.prune(ctx, &res)
 }
 
+// earlyFold is the run's first slice, folded while the remote is refreshed
+// and proven, from the state the volume held before (foldEarly).
+type earlyFold struct {
+	a        *Archive
+	from     state       // the state the fold started from
+	cancel   func()      // stops the fold
+	out      chan folded // the fold, once done; nil: none was started
+	f        folded      // the fold, once received
+	received bool
+}
+
 // foldEarly starts folding the run's first slice from the state the
-// volume holds now, before the refresh. take waits for that fold and
-// returns it if st, the state the run proved, is the one it started from;
-// otherwise (another state, or no early fold: the volume's newest commit
-// does not parse) it returns false, with the fold's blocks given back.
-// stop cancels a fold not taken and waits for it.
-func (a *Archive) foldEarly(ctx context.Context, p Policy, top brand.StreamID) (take func(st state) (folded, bool), stop func()) {
+// volume holds now, before the refresh. No fold is started when the
+// volume's newest commit does not parse (the run's proof says why).
+func (a *Archive) foldEarly(ctx context.Context, p Policy, top brand.StreamID) *earlyFold {
+	e := &earlyFold{a: a, cancel: func() {}}
 	from, err := stateOf(a.vol.Latest())
 	if err != nil {
-		return func(state) (folded, bool) { return folded{}, false }, func() {}
+		return e
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan folded, 1)
+	ctx, e.cancel = context.WithCancel(ctx)
+	e.from, e.out = from, make(chan folded, 1)
 	go func() {
 		f, err := a.fold(ctx, p, from, top, uncounted)
 		f.err = err
-		out <- f
+		e.out <- f
 	}()
-	var f folded
-	taken := false
-	wait := func() {
-		if !taken {
-			f, taken = <-out, true
-		}
+	return e
+}
+
+// receive waits for the fold, once.
+func (e *earlyFold) receive() {
+	if !e.received {
+		e.f, e.received = <-e.out, true
 	}
-	take = func(st state) (folded, bool) {
-		wait()
-		if st != from {
-			a.arenas.put(f.blocks)
-			return folded{}, false
-		}
-		return f, true
+}
+
+// take waits for the fold and returns it if st, the state the run proved,
+// is the one it started from. Otherwise, or when no fold was started, it
+// returns false, with the fold's blocks given back.
+func (e *earlyFold) take(st state) (folded, bool) {
+	if e.out == nil {
+		return folded{}, false
 	}
-	stop = func() {
-		cancel()
-		if !taken {
-			wait()
-			a.arenas.put(f.blocks)
-		}
+	e.receive()
+	if st != e.from {
+		e.a.arenas.put(e.f.blocks)
+		return folded{}, false
 	}
-	return take, stop
+	return e.f, true
+}
+
+// stop cancels a fold not taken and waits for it: no fold outlives its run.
+func (e *earlyFold) stop() {
+	e.cancel()
+	if e.out != nil && !e.received {
+		e.receive()
+		e.a.arenas.put(e.f.blocks)
+	}
 }
 
 // compact merges small segments after a run's slices, a bounded amount

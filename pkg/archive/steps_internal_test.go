@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -125,7 +124,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		stagedPut := func() {
 			t := time.Now()
 			local := make(chan error, 1)
-			go func() { local <- writeSynced(b.TempDir(), body) }()
+			go func() { local <- benchratio.WriteSynced(b.TempDir(), body) }()
 			err := st.Create(ctx, fmt.Sprint("staged/", round), body)
 			if err = cmp.Or(err, <-local); err != nil {
 				b.Fatal(err)
@@ -166,14 +165,4 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	b.ReportMetric(median(put), "raw-put-ms")
 	b.ReportMetric(median(staged), "staged-put-ms")
 	b.ReportMetric(median(trim), "trim-ms")
-}
-
-// writeSynced writes body to a new file in dir and fsyncs it.
-func writeSynced(dir string, body []byte) error {
-	f, err := os.CreateTemp(dir, "staged-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(body)
-	return cmp.Or(err, f.Sync(), f.Close())
 }

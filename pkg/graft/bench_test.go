@@ -84,7 +84,7 @@ func BenchmarkUpload_Ratio(b *testing.B) {
 		benchratio.Untimed(func() {
 			r0 := time.Now()
 			local := make(chan error, 1)
-			go func() { local <- writeSynced(tmp, seg) }()
+			go func() { local <- benchratio.WriteSynced(tmp, seg) }()
 			err := st.Create(ctx, fmt.Sprintf("staged/%d", n), seg)
 			if err = cmp.Or(err, <-local); err != nil {
 				tb.Fatal(err)
@@ -424,15 +424,4 @@ func reportMedians(b *testing.B, series map[string][]float64) {
 		slices.Sort(v)
 		b.ReportMetric(v[len(v)/2], name)
 	}
-}
-
-// writeSynced writes body to a new file in dir, fsyncs and removes it.
-func writeSynced(dir string, body []byte) error {
-	f, err := os.CreateTemp(dir, "staged-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(body)
-	return cmp.Or(err, f.Sync(), f.Close())
 }

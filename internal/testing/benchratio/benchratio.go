@@ -4,7 +4,9 @@
 package benchratio
 
 import (
+	"cmp"
 	"context"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -212,3 +214,15 @@ func ReportTimeRatio(b *testing.B, name string, silt, raw []time.Duration) {
 // timed itself and does not count (a child process's start and setup,
 // which it reports).
 func Exclude(d time.Duration) { untimed += d }
+
+// WriteSynced writes body to a new file in dir, fsyncs and removes it: the
+// local durable copy a create keeps, for a raw floor that keeps one too.
+func WriteSynced(dir string, body []byte) error {
+	f, err := os.CreateTemp(dir, "staged-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(body)
+	return cmp.Or(err, f.Sync(), f.Close())
+}
