@@ -74,6 +74,10 @@ BEGIN {
 	id["Upload_Ratio staged-floor"] = "P4 reachable (raw create ÷ staged floor)"; goal["P4 reachable (raw create ÷ staged floor)"] = "none"; cmd["P4 reachable (raw create ÷ staged floor)"] = "the same"
 	id["Archive_FarRemote_Ratio"] = "P3 far (remote 20 ms away)"; goal["P3 far (remote 20 ms away)"] = ">= 0.85"; cmd["P3 far (remote 20 ms away)"] = "-bench Archive_FarRemote_Ratio ./pkg/archive (MinIO, each request delayed 20 ms)"
 	id["Archive_FarRemote_Ratio both"] = ""; id["Archive_FarRemote_Ratio floor"] = "P3 far reachable"; goal["P3 far reachable"] = "none"; cmd["P3 far reachable"] = "the same"
+	id["Archive_Ratio proven"] = "P3 against its proven floor (first slice read, then scan beside PUTs, then the last read back)"; goal[id["Archive_Ratio proven"]] = "none"; cmd[id["Archive_Ratio proven"]] = "the same as P3"
+	id["Archive_Ratio proven-reach"] = "P3 reachable while proving (slower alone ÷ proven floor)"; goal[id["Archive_Ratio proven-reach"]] = "none"; cmd[id["Archive_Ratio proven-reach"]] = "the same"
+	id["Archive_FarRemote_Ratio proven"] = "P3 far against its proven floor"; goal[id["Archive_FarRemote_Ratio proven"]] = "none"; cmd[id["Archive_FarRemote_Ratio proven"]] = "the same as P3 far"
+	id["Archive_FarRemote_Ratio proven-reach"] = "P3 far reachable while proving"; goal[id["Archive_FarRemote_Ratio proven-reach"]] = "none"; cmd[id["Archive_FarRemote_Ratio proven-reach"]] = "the same"
 	id["BullMQ_Ratio/go-noop-c1"] = "P13 go c1";  goal["P13 go c1"] = ">= 10";  cmd["P13 go c1"] = "-bench BullMQ_Ratio ./peers (in bench/; Go worker ÷ BullMQ 6.7, no-op, concurrency 1)"
 	id["BullMQ_Ratio/go-noop-c8"] = "P13 go c8";  goal["P13 go c8"] = ">= 10";  cmd["P13 go c8"] = "the same, concurrency 8"
 	id["BullMQ_Ratio/pipe-noop-c1"] = "P13 pipe c1";  goal["P13 pipe c1"] = ">= 2.5";  cmd["P13 pipe c1"] = "the same, worker run --pipe (Node) ÷ BullMQ, concurrency 1"
@@ -98,6 +102,8 @@ BEGIN {
 	if ("both-floor" in m) row(id[name " floor"], m["both-floor"], "", "", $2)
 	if ("ratio-staged" in m) row(id[name " staged"], m["ratio-staged"], "", "", $2)
 	if ("staged-floor" in m) row(id[name " staged-floor"], m["staged-floor"], "", "", $2)
+	if ("ratio-proven" in m) row(id[name " proven"], m["ratio-proven"], "", "", $2)
+	if ("proven-reach" in m) row(id[name " proven-reach"], m["proven-reach"], "", "", $2)
 	if ("fold-ratio" in m) row(id[name " fold"], m["fold-ratio"], m["fold-ratio-min"], m["fold-ratio-max"], $2)
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 	if ("create-ratio" in m) row(id[name " create"], m["create-ratio"], m["create-ratio-min"], m["create-ratio-max"], $2)

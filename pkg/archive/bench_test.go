@@ -45,8 +45,13 @@ func fill(b *testing.B, l *stream.Log, n int) {
 // scan-ms, puts-ms and silt-ms (medians); ratio-both, against the two raw
 // parts run at once (both-ms: the machine's floor for doing both, which
 // share its cores with redis-server and MinIO); and both-floor, the raw
-// parts at once ÷ the slower alone: "ratio" can reach it, not pass it. Needs MinIO from
-// scripts/servers.sh.
+// parts at once ÷ the slower alone: "ratio" can reach it, not pass it.
+// ratio-proven is against the floor of any run that trims only what the
+// remote is seen to hold (proven-ms): the first slice read before the
+// first PUT, the rest of the scan beside the PUTs, and the last object
+// read back before the trim; proven-reach, the slower raw part alone ÷
+// that floor, is as high as "ratio" can be while the run proves. Needs
+// MinIO from scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Ratio -benchtime 9x ./pkg/archive
 func BenchmarkArchive_Ratio(b *testing.B) { archiveRatio(b, 0) }
@@ -84,7 +89,7 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		return st
 	}
 	var objects [][]byte // the last silt round's commit objects
-	var siltT, scanT, putT, bothT, reopenT, getT []time.Duration
+	var siltT, scanT, putT, bothT, provenT, reopenT, getT []time.Duration
 	silt := func(tb testing.TB) int {
 		round++
 		var a *archive.Archive
@@ -122,8 +127,8 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		})
 		return int(res.Archived)
 	}
-	scan := func(tb testing.TB, key string) int {
-		n, from := 0, "-"
+	scanFrom := func(tb testing.TB, key, from string) int {
+		n := 0
 		for {
 			page, err := rdb.XRangeN(ctx, key, from, "+", 5000).Result()
 			if err != nil {
@@ -136,12 +141,39 @@ func archiveRatio(b *testing.B, far time.Duration) {
 			from = "(" + page[len(page)-1].ID
 		}
 	}
+	scan := func(tb testing.TB, key string) int { return scanFrom(tb, key, "-") }
 	puts := func(tb testing.TB, st fence.Store, prefix string) {
 		for i, o := range objects {
 			if err := st.Create(ctx, fmt.Sprint(prefix, i), o); err != nil {
 				tb.Fatal(err)
 			}
 		}
+	}
+	// proven is the floor of any run that trims only what the remote is
+	// seen to hold: the first slice read before the first create, the rest
+	// of the scan beside the creates, and the last object read back (a
+	// GET of its last 4 KiB, as much as its record) before the trim.
+	proven := func(tb testing.TB, st fence.Store, round int) time.Duration {
+		l, _ := stream.NewLog(rdb, ks, fmt.Sprintf("s%d-proven", round), brand.EVT)
+		fill(b, l, benchEntries)
+		start := time.Now()
+		first, err := rdb.XRangeN(ctx, l.Key(), "-", "+", 5000).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if n := scanFrom(tb, l.Key(), "("+first[len(first)-1].ID); n != benchEntries-len(first) {
+				tb.Errorf("scanned %d after the first slice", n)
+			}
+		}()
+		puts(tb, st, "proven/")
+		<-done
+		if _, err := st.Get(ctx, fmt.Sprint("proven/", len(objects)-1), fence.Suffix(4<<10)); err != nil {
+			tb.Fatal(err)
+		}
+		return time.Since(start)
 	}
 	raw := func(tb testing.TB) int {
 		round++
@@ -160,6 +192,7 @@ func archiveRatio(b *testing.B, far time.Duration) {
 			<-done
 			bothT = append(bothT, time.Since(start))
 		})
+		benchratio.Untimed(func() { provenT = append(provenT, proven(tb, st, round)) })
 		return n - 1 // the run keeps the last entry live
 	}
 	benchratio.Untimed(func() { silt(b) }) // the commit objects the first raw round puts
@@ -175,6 +208,9 @@ func archiveRatio(b *testing.B, far time.Duration) {
 		floor[i] = max(scanT[i], putT[i])
 	}
 	benchratio.ReportTimeRatio(b, "both-floor", bothT, floor)
+	benchratio.ReportMS(b, "proven", provenT)
+	benchratio.ReportTimeRatio(b, "ratio-proven", siltT, provenT)
+	benchratio.ReportTimeRatio(b, "proven-reach", provenT, floor)
 	benchratio.ReportMS(b, "reopen", reopenT)
 	benchratio.ReportMS(b, "get", getT)
 }
