@@ -275,3 +275,64 @@ func TestOpen_SweepsStaleTmpFiles(t *testing.T) {
 		t.Fatalf("tmp holds %v after open, want the two young files only", left)
 	}
 }
+
+// The head hint is the head's LSN in 20 digits, written in place over the
+// file's first bytes: every hint is as long, so nothing of an earlier one,
+// nor of a shorter one an older build wrote, is left after it. An open
+// reads either and probes on to the newest commit file.
+func TestHint_WrittenInPlaceAndReadInEitherForm(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := fence.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(ctx, data, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(v *Volume, no uint64) {
+		t.Helper()
+		if _, err := v.Commit(ctx, []Page{{No: no, Data: []byte("x")}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(data, "vol", "head")
+	hinted := func(want string) {
+		t.Helper()
+		if b, err := os.ReadFile(path); err != nil || string(b) != want {
+			t.Fatalf("head hint %q (%v), want %q", b, err, want)
+		}
+	}
+	for no := range uint64(12) {
+		commit(v, no+1)
+	}
+	hinted("00000000000000000012")
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An older build's hint, shorter and behind the commit files.
+	if err := os.WriteFile(path, []byte("9"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(ctx, data, "vol", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := w.newestLocalCommit(); err != nil || c == nil || c.LSN != 12 {
+		t.Fatalf("newest local commit after a hint of 9: %v, %v; want 12", c, err)
+	}
+	commit(w, 13)
+	hinted("00000000000000000013")
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Fatal("the head hint was replaced, not written in place")
+	}
+	if c, err := w.newestLocalCommit(); err != nil || c == nil || c.LSN != 13 {
+		t.Fatalf("newest local commit: %v, %v; want 13", c, err)
+	}
+}
