@@ -11,6 +11,7 @@ import (
 	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
+	"github.com/silt-dev/silt/pkg/fence"
 	"github.com/silt-dev/silt/pkg/fence/s3"
 	"github.com/silt-dev/silt/pkg/stream"
 )
@@ -36,8 +37,10 @@ import (
 // PUT again while the same bytes are written to a local file and fsynced
 // beside it, waiting for both: the floor of a create that keeps its
 // durable local copy (MinIO writes to the same disk here), and
-// create-floor-ratio is create-ms ÷ that floor. Needs MinIO from
-// scripts/servers.sh.
+// create-floor-ratio is create-ms ÷ that floor. A commit is proven by
+// reading it back: commit-proven-ratio divides it by the raw PUT and a raw
+// GET of its last 4 KiB after it (raw-get-ms), one after the other. Needs
+// MinIO from scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
 func BenchmarkArchive_Steps(b *testing.B) {
@@ -51,6 +54,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 		fields[i] = stream.Fields{"user": fmt.Sprintf("u%06d", i), "action": "login", "amount": fmt.Sprint(i % 1000)}
 	}
 	var xrange, fold, commit, trim, put, staged []float64
+	var get, putGet []float64        // a raw GET of the PUT's last 4 KiB after it, and both
 	var create, back, rec []float64  // the commit's three steps
 	var xrangeCPU, foldCPU []float64 // this process's CPU in each
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -119,7 +123,12 @@ func BenchmarkArchive_Steps(b *testing.B) {
 			if err := st.Create(ctx, fmt.Sprint("raw/", round), body); err != nil {
 				b.Fatal(err)
 			}
-			put = append(put, ms(time.Since(t)))
+			tg := time.Now()
+			if _, err := st.Get(ctx, fmt.Sprint("raw/", round), fence.Suffix(4<<10)); err != nil {
+				b.Fatal(err)
+			}
+			put, get = append(put, ms(tg.Sub(t))), append(get, ms(time.Since(tg)))
+			putGet = append(putGet, ms(time.Since(t)))
 		}
 		stagedPut := func() {
 			t := time.Now()
@@ -153,6 +162,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	ratios("fold-ratio", fold, xrange)
 	ratios("fold-cpu-ratio", foldCPU, xrangeCPU)
 	ratios("commit-ratio", commit, put)
+	ratios("commit-proven-ratio", commit, putGet)
 	ratios("create-ratio", create, put)
 	ratios("create-floor-ratio", create, staged)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
@@ -163,6 +173,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	b.ReportMetric(median(back), "read-back-ms")
 	b.ReportMetric(median(rec), "record-ms")
 	b.ReportMetric(median(put), "raw-put-ms")
+	b.ReportMetric(median(get), "raw-get-ms")
 	b.ReportMetric(median(staged), "staged-put-ms")
 	b.ReportMetric(median(trim), "trim-ms")
 }
