@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"time"
 
@@ -83,9 +84,10 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 const recordSlack = 64 << 10
 
 // commitPacked writes the next commit as one packed object (commit.go):
-// the segment is laid out after the preamble and hashed once, the record
-// and footer appended, and the object created with If-None-Match: * while
-// the segment and the record are written and fsynced locally.
+// the segment is laid out after the preamble and hashed once (beside its
+// layout when large: appendSegmentHashed), the record and footer
+// appended, and the object created with If-None-Match: * while the
+// segment and the record are written and fsynced locally.
 func (v *Volume) commitPacked(ctx context.Context, lsn uint64, pages []Page, meta map[string]string) (_ *Commit, err error) {
 	n := len(packedPreamble)
 	buf := v.segBuf[:0]
@@ -94,21 +96,20 @@ func (v *Volume) commitPacked(ctx context.Context, lsn uint64, pages []Page, met
 		buf = make([]byte, 0, size)
 	}
 	buf = append(buf, packedPreamble...)
-	seg, err := appendSegment(buf[n:n], lsn, pages)
+	sum := sha256.New()
+	seg, err := appendSegmentHashed(buf[n:n], lsn, pages, sum, buf[:n])
 	if err != nil {
 		return nil, err
 	}
 	obj := buf[:n+len(seg)] // seg was laid out in buf's storage, after the preamble
 	if &obj[n] != &seg[0] {
-		obj = append(buf, seg...)
+		obj = append(buf, seg...) // the same bytes: sum holds their hash
 	}
 	defer func() {
 		if err == nil && cap(obj) <= maxReusedSegment {
 			v.segBuf = obj
 		}
 	}()
-	sum := sha256.New()
-	sum.Write(obj)
 	c := v.newCommit(lsn, int64(len(obj)), hex.EncodeToString(sum.Sum(nil)), rangesOf(pages), uint64(len(pages)), meta)
 	c.Version, c.Segment.Key, c.Segment.Offset = packedVersion, v.commitKey(lsn), int64(n)
 	obj, whole, err := appendPacked(obj, c, sum)
@@ -122,6 +123,38 @@ func (v *Volume) commitPacked(ctx context.Context, lsn uint64, pages []Page, met
 		return nil, err
 	}
 	return c, nil
+}
+
+// hashBeside is how long a segment is, at least, for its hash to run on
+// a goroutine of its own beside its layout.
+const hashBeside = 1 << 20
+
+// appendSegmentHashed is appendSegment that also writes head, then the
+// segment, into sum. A segment of hashBeside bytes or more is hashed
+// part by part, on a goroutine of its own, while the rest is laid out: a
+// 4 MiB segment's layout (1.0-1.4 ms) goes beside its hash (2.4 ms)
+// instead of before it, on a commit's path to its PUT.
+func appendSegmentHashed(dst []byte, lsn uint64, pages []Page, sum hash.Hash, head []byte) ([]byte, error) {
+	sum.Write(head)
+	if segmentSize(pages) < hashBeside {
+		seg, err := appendSegment(dst, lsn, pages)
+		if err == nil {
+			sum.Write(seg)
+		}
+		return seg, err
+	}
+	parts := make(chan []byte, 64)
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for p := range parts {
+			sum.Write(p)
+		}
+	}()
+	seg, err := appendSegmentTelling(dst, lsn, pages, func(p []byte) { parts <- p })
+	close(parts)
+	<-hashed
+	return seg, err
 }
 
 // put creates the commit object of c, whose segment is stored, and makes c

@@ -3,7 +3,9 @@ package graft
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,5 +124,51 @@ func TestAppendSegment_AllocatesNothingIntoItsBuffer(t *testing.T) {
 		if err != nil || !bytes.Equal(data, p.Data) {
 			t.Fatalf("page %d: %d bytes, %v", p.No, len(data), err)
 		}
+	}
+}
+
+// A segment's hash, taken part by part beside its layout, is the hash of
+// its bytes after the head, at every size around hashBeside and laidChunk,
+// whether it is laid into a buffer with room for it or into a new one;
+// the parts handed on are the segment, in order, each but the last at
+// least laidChunk long.
+func TestSegment_HashedBesideItsLayout(t *testing.T) {
+	head := []byte("head of the object\n")
+	for _, n := range []int{0, 1, 200, 255, 256, 1023, 1024, 1025, 4000} {
+		pages := make([]Page, n)
+		for i := range pages {
+			pages[i] = Page{No: uint64(i), Data: bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 512+i%7)}
+		}
+		want, err := EncodeSegment(9, pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, room := range []int{0, len(want)} {
+			sum := sha256.New()
+			seg, err := appendSegmentHashed(make([]byte, 0, room), 9, pages, sum, head)
+			whole := sha256.Sum256(append(slices.Clone(head), want...))
+			if err != nil || !bytes.Equal(seg, want) || !bytes.Equal(sum.Sum(nil), whole[:]) {
+				t.Fatalf("%d pages (%d bytes), room %d: segment equal %v, hash equal %v, %v",
+					n, len(want), room, bytes.Equal(seg, want), bytes.Equal(sum.Sum(nil), whole[:]), err)
+			}
+		}
+		var parts [][]byte
+		seg, err := appendSegmentTelling(nil, 9, pages, func(p []byte) { parts = append(parts, p) })
+		if err != nil || !bytes.Equal(bytes.Join(parts, nil), seg) {
+			t.Fatalf("%d pages: the parts handed on are not the segment (%d parts)", n, len(parts))
+		}
+		for i, p := range parts[:len(parts)-1] {
+			if len(p) < laidChunk {
+				t.Fatalf("%d pages: part %d of %d holds %d bytes", n, i, len(parts), len(p))
+			}
+		}
+	}
+	// Pages out of order: an error, and the hash's goroutine is done.
+	pages := make([]Page, 3000)
+	for i := range pages {
+		pages[i] = Page{No: uint64(len(pages) - i), Data: make([]byte, 1024)}
+	}
+	if _, err := appendSegmentHashed(nil, 1, pages, sha256.New(), nil); err == nil {
+		t.Fatal("pages out of order were laid out")
 	}
 }
