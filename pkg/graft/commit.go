@@ -51,7 +51,8 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 	if edit == nil && !v.Unpacked {
 		return v.commitPacked(ctx, lsn, pages, meta)
 	}
-	seg, err := appendSegment(v.segBuf, lsn, pages)
+	sum := sha256.New()
+	seg, err := appendSegmentHashed(v.segBuf, lsn, pages, sum, nil)
 	v.segBuf = nil
 	if err != nil {
 		return nil, err
@@ -63,8 +64,7 @@ func (v *Volume) commit(ctx context.Context, pages []Page, meta map[string]strin
 			v.segBuf = seg
 		}
 	}()
-	sum := sha256.Sum256(seg)
-	c := v.newCommit(lsn, int64(len(seg)), hex.EncodeToString(sum[:]), rangesOf(pages), uint64(len(pages)), meta)
+	c := v.newCommit(lsn, int64(len(seg)), hex.EncodeToString(sum.Sum(nil)), rangesOf(pages), uint64(len(pages)), meta)
 	if edit != nil {
 		edit(c)
 	}
