@@ -133,7 +133,7 @@ func (v *Volume) dropLocalBelow(old, base uint64) {
 // written over the file's first bytes, never truncated. Every hint has
 // those 20 bytes, and one written by an older build (fewer digits) is
 // covered whole. A truncating rewrite made ext4 start the file's
-// writeback at close (its auto_da_alloc), 150-300 µs on each commit's
+// writeback at close (its auto_da_alloc), 140-340 µs on each commit's
 // path; a write in place costs a few. The hint is not synced: a torn or
 // stale one is checked at open (newestLocalCommit).
 func (v *Volume) hint(lsn uint64) {
