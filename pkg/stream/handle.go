@@ -390,7 +390,9 @@ const handlerReap = 2 * time.Second
 // redelivery is skipped.
 func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	j.started.Store(true)
+	began := time.Now()
 	j.err = call(hctx, r.h, j.d)
+	r.took.Store(int64(max(time.Since(began), 1)))
 	if j.err == nil && r.c.DedupeTTL > 0 {
 		wctx, cancel := r.writeCtx(ctx)
 		if err := r.c.io.mark(wctx, j.d.ID.String(), r.c.DedupeTTL); err != nil {

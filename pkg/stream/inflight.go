@@ -78,10 +78,10 @@ type firstStarts struct {
 // written (startSender), and the reply is read before the next record or
 // at the batch's end.
 func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
-	n := min(len(msgs), r.window)
-	if r.c.MaxAttempts <= 1 {
-		n = 1 // see adapt
+	if r.c.MaxAttempts <= 1 || r.turn() > slowStart {
+		r.window = 1 // see adapt
 	}
+	n := min(len(msgs), r.window)
 	hi, err := brand.ParseStreamID(msgs[n-1].ID)
 	if err != nil {
 		return nil
@@ -223,25 +223,48 @@ func (r *run) warnOOM(err error) {
 	}
 }
 
-// adapt sizes the next step from how quickly the last one was started:
-// four times larger while quick, half as large once slow; one entry when a
-// single start is all MaxAttempts allows (a start counted for an entry that
-// never ran would dead-letter it unrun).
+// adapt sizes the next step from how quickly the last one was started and
+// how quickly handlers take their turns (how long the last one to return
+// took, shared among the Concurrency workers): four times larger while
+// both are under fastStart, half as large once starts come slower than
+// slowStart, one entry once turns do (a step's unstarted rest waits its
+// turn that long). One entry too when a single start is all MaxAttempts
+// allows (a start counted for an entry that never ran would dead-letter it
+// unrun).
+//
+// A step grows only once a handler of the run has returned: with
+// Concurrency above 1 a batch's first handlers all ask for their records
+// at once, however long they take, and that pace alone grew steps over
+// entries that then waited for a free worker.
 func (s *starts) adapt() {
-	if s.r.c.MaxAttempts <= 1 {
-		s.r.window = 1
-		return
+	s.r.window = s.r.nextWindow(s.lastAt, s.lastN)
+}
+
+// nextWindow is the size of the next step of first starts, the last one
+// of n taken at last (n 0: none yet). See adapt.
+func (r *run) nextWindow(last time.Time, n int) int {
+	turn := r.turn()
+	if r.c.MaxAttempts <= 1 || turn > slowStart {
+		return 1
 	}
-	if s.lastN == 0 {
-		return
+	if n == 0 {
+		return r.window
 	}
-	per := time.Since(s.lastAt) / time.Duration(s.lastN)
+	per := time.Since(last) / time.Duration(n)
 	switch {
-	case per < fastStart:
-		s.r.window = min(4*s.r.window, maxStartWindow)
+	case per < fastStart && turn > 0 && turn < fastStart:
+		return min(4*r.window, maxStartWindow)
 	case per > slowStart:
-		s.r.window = max(s.r.window/2, 1)
+		return max(r.window/2, 1)
 	}
+	return r.window
+}
+
+// turn is how long the last handler to return took, shared among the
+// workers: the time between turns while they all run such handlers (0
+// until one returns).
+func (r *run) turn() time.Duration {
+	return time.Duration(r.took.Load()) / time.Duration(max(r.c.Concurrency, 1))
 }
 
 // write records the starts of a step: a repeated start alone, first starts

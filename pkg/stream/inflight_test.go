@@ -158,6 +158,47 @@ func TestConsumer_StartsAreRecordedBeforeEachHandler(t *testing.T) {
 	}
 }
 
+// Concurrent slow handlers ask for their records all at once as a batch
+// begins: that is no sign they are quick. While they run, the window of
+// first starts never reaches past the entries whose handlers started by
+// more than the workers about to start theirs (a kill would count a start
+// for each entry it reaches unstarted), and each handler finds its own.
+func TestConsumer_ConcurrentSlowHandlersKeepTheWindowAtTheirStarts(t *testing.T) {
+	const entries, workers = 48, 8
+	f := newFixture(t, entries)
+	c := f.consumer(t, "w1")
+	c.Count, c.Concurrency = entries, workers
+	var mu sync.Mutex
+	started := map[string]bool{}
+	worst := 0
+	h := func(ctx context.Context, d stream.Delivery) error {
+		mu.Lock()
+		started[d.StreamID.String()] = true
+		mu.Unlock()
+		w := f.rdb.HGet(ctx, windowsKey, "w1").Val()
+		if !windowHolds(w, d.StreamID) {
+			t.Errorf("%s started outside the recorded window %q", d.StreamID, w)
+		}
+		mu.Lock()
+		unstarted := 0
+		for _, id := range f.ids {
+			if windowHolds(w, id.StreamID) && !started[id.StreamID.String()] {
+				unstarted++
+			}
+		}
+		worst = max(worst, unstarted)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+	if sum := run(t, c, h); sum.Acked != entries {
+		t.Fatalf("summary %+v", sum)
+	}
+	if worst >= workers {
+		t.Fatalf("the window of first starts held %d entries whose handlers had not started (%d workers)", worst, workers)
+	}
+}
+
 // windowHolds reports whether a window "lo hi" holds id.
 func windowHolds(w string, id brand.StreamID) bool {
 	lo, hi, ok := strings.Cut(w, " ")

@@ -47,6 +47,7 @@ type run struct {
 	// window is how many first handler starts are recorded in one round
 	// trip (starts).
 	window    int
+	took      atomic.Int64 // how long the last handler to return took, in ns (0: none yet)
 	windowed  bool         // a window of first starts was recorded (dropped at the end)
 	first     *firstStarts // the first step of the batch in hand, recorded before its read ahead
 	answered  atomic.Bool  // a start record of the run was answered: later first steps need not wait for theirs
