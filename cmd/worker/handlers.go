@@ -122,12 +122,19 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 		if tp := traceparentOf(ctx); tp != "" { // the entry's trace, continued by the handler
 			cmd.Env = append(slices.Clip(env), "TRACEPARENT="+tp)
 		}
-		cmd.Stdin = bytes.NewReader(doc)
 		var stderr bytes.Buffer
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 64 << 10}
 		cmd.WaitDelay = time.Second
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return fmt.Errorf("run handler: %w", err)
+		}
 		release, err := startOwned(cmd)
 		if err == nil {
+			if err = giveEntry(cmd, stdin, d, doc); err != nil {
+				release()
+				return err
+			}
 			err = cmd.Wait()
 			release()
 		}
@@ -145,6 +152,23 @@ func execHandler(argv []string, timeout time.Duration, env []string, secrets mas
 		}
 		return err
 	}
+}
+
+// giveEntry hands a started handler process its entry: its start is
+// recorded first (Delivery.Begin; the Consumer runs exec handlers with
+// HandlerBegins), so a worker killed while the process was being created
+// counts no start for it. A refused record kills the process before it
+// has read anything. A process that exits without reading its input is
+// no error here: its exit status says how it went.
+func giveEntry(cmd *exec.Cmd, stdin io.WriteCloser, d stream.Delivery, doc []byte) error {
+	if err := d.Begin(); err != nil {
+		cmd.Cancel()
+		cmd.Wait()
+		return err
+	}
+	stdin.Write(doc)
+	stdin.Close()
+	return nil
 }
 
 // lastLine is the last line of s, at most 300 bytes of it.

@@ -181,6 +181,11 @@ func chooseHandler(c *cli.Context, log *slog.Logger) (stream.Handler, *pipeHandl
 	return stdoutHandler(c.App.Writer), nil, nil
 }
 
+// execHandlerChosen reports whether the handler is a process per entry
+// (--exec or -- CMD): it says when it begins (execHandler), once its
+// process exists.
+func execHandlerChosen(c *cli.Context) bool { return c.String("exec") != "" || c.NArg() > 0 }
+
 func describe(chosen []string) string {
 	if len(chosen) == 0 {
 		return "none"
@@ -207,6 +212,7 @@ func runAction(c *cli.Context) error {
 	if err := configure(c, s.consumer); err != nil {
 		return err
 	}
+	s.consumer.HandlerBegins = execHandlerChosen(c)
 	ctx, cancel := context.WithCancelCause(c.Context)
 	defer cancel(nil)
 	if pipe != nil {

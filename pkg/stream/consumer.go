@@ -37,6 +37,14 @@ type Consumer struct {
 	// is settled, with the run's counts so far and the batch's size (metrics
 	// take their deltas from it). It must return quickly.
 	Progress func(sum Summary, batch int)
+	// HandlerBegins says the handler tells when its work begins: a start
+	// is then recorded when the handler calls Delivery.Begin (or returns
+	// without calling it), each on its own, rather than before the handler
+	// is called. A handler that must get ready before it can take its entry
+	// (an exec handler creating its process) sets it: a worker killed while
+	// the handler was getting ready counts no start, where a start recorded
+	// before it counted one for a handler that never ran.
+	HandlerBegins bool
 
 	// Failpoint, when set, is called at the points of each batch (package
 	// failpoint lists them): crash tests kill the process exactly there.

@@ -29,6 +29,22 @@ type Delivery struct {
 	Consumer   string
 	Recovered  bool   // the payload was trimmed from the stream and came from a PayloadSource
 	Replay     string // the replay's name when this is a deliberate reprocessing (worker replay)
+
+	begin func() error // records the start (Consumer.HandlerBegins)
+}
+
+// Begin records this start of the entry's handler, for a Consumer with
+// HandlerBegins: the handler calls it once it is ready to work on the
+// entry and before it does (an exec handler: its process created, the entry
+// not yet written to it). An error means the start could not be recorded:
+// the handler must not work on the entry, and returns; the entry is left
+// pending, this start uncounted. Begin does nothing, and returns nil, where
+// the Consumer records starts itself, and when called again.
+func (d Delivery) Begin() error {
+	if d.begin == nil {
+		return nil
+	}
+	return d.begin()
 }
 
 // Handler handles one delivery. nil acks the entry; an error or a panic

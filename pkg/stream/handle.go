@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -350,6 +351,13 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 				}
 			}()
 			for i := next.Add(1) - 1; i < int64(len(runnable)) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				if r.c.HandlerBegins {
+					if st.failed() != nil {
+						return
+					}
+					r.runBegun(ctx, hctx, runnable[i], early, st)
+					continue
+				}
 				if st.record(ctx, int(i)) != nil {
 					return
 				}
@@ -384,15 +392,20 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 // to return (an exec handler's WaitDelay is 1 s).
 const handlerReap = 2 * time.Second
 
-// runOne calls the handler for a job whose start is recorded. With
-// DedupeTTL, a success writes the job's marker at once, before and apart
-// from the ack: a worker killed between the two leaves the marker, and the
-// redelivery is skipped.
+// runOne calls the handler for a job whose start is recorded.
 func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	j.started.Store(true)
 	began := time.Now()
 	j.err = call(hctx, r.h, j.d)
 	r.took.Store(int64(max(time.Since(began), 1)))
+	r.complete(ctx, j, early)
+}
+
+// complete finishes a job whose handler returned: with DedupeTTL, a
+// success writes the job's marker at once, before and apart from the ack:
+// a worker killed between the two leaves the marker, and the redelivery is
+// skipped.
+func (r *run) complete(ctx context.Context, j *job, early *earlyAcks) {
 	if j.err == nil && r.c.DedupeTTL > 0 {
 		wctx, cancel := r.writeCtx(ctx)
 		if err := r.c.io.mark(wctx, j.d.ID.String(), r.c.DedupeTTL); err != nil {
@@ -405,6 +418,31 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 	if j.err == nil && j.inPEL {
 		early.add(j)
 	}
+}
+
+// runBegun calls the handler of a Consumer with HandlerBegins: the job's
+// start is recorded when the handler calls Delivery.Begin. A handler
+// refused there did no work: its job is left unfinished (abandoned:
+// pending, this start uncounted). One that returns without having called
+// Begin did whatever it did: its start is recorded then, as well as it can
+// be, and its outcome taken.
+func (r *run) runBegun(ctx, hctx context.Context, j *job, early *earlyAcks, st *starts) {
+	var once sync.Once
+	var err error
+	begun := false
+	j.d.Attempts = j.prior + 1
+	j.d.begin = func() error {
+		once.Do(func() { begun, err = true, st.begin(ctx, j) })
+		return err
+	}
+	began := time.Now()
+	j.err = call(hctx, r.h, j.d)
+	r.took.Store(int64(max(time.Since(began), 1)))
+	once.Do(func() { st.afterReturn(ctx, j) })
+	if begun && err != nil {
+		return
+	}
+	r.complete(ctx, j, early)
 }
 
 // call runs the handler, turning a panic into a *PanicError.

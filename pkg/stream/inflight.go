@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -211,6 +212,65 @@ func (s *starts) step(ctx context.Context) error {
 	}
 	s.next, s.lastAt, s.lastN = end, time.Now(), end-start
 	return nil
+}
+
+// begin records j's start on its own, when its handler says its work
+// begins (Consumer.HandlerBegins; j.d.Attempts is already prior+1): no
+// window, so no entry counts as started before its handler was ready,
+// whatever order the handlers get ready in. No handler begins once ctx is
+// cancelled or a record failed.
+func (s *starts) begin(ctx context.Context, j *job) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("handler not begun: %w", context.Cause(ctx))
+	}
+	if err := s.recordOwn(ctx, j); err != nil {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+		return err
+	}
+	j.started.Store(true)
+	return nil
+}
+
+// afterReturn records the start of a job whose handler returned without
+// calling Delivery.Begin (Consumer.HandlerBegins): whatever the handler did
+// is done, so the record is written even after cancellation; a failure
+// leaves this start counted in memory only.
+func (s *starts) afterReturn(ctx context.Context, j *job) {
+	j.started.Store(true)
+	if err := s.recordOwn(ctx, j); err != nil {
+		s.r.c.Logger.Warn("could not record a handler start", "id", j.d.ID.String(), "error", err.Error())
+	}
+}
+
+// recordOwn writes j's start as a record of its own. A full Redis counts
+// it in memory only, as step does, and is no error.
+func (s *starts) recordOwn(ctx context.Context, j *job) error {
+	wctx, cancel := s.r.writeCtx(ctx)
+	defer cancel()
+	switch err := s.r.c.io.setStarts(wctx, map[string]int64{j.sid: j.prior + 1}); {
+	case isOOM(err):
+		s.r.warnOOM(err)
+	case err != nil:
+		return err
+	default:
+		j.recorded = true
+	}
+	return nil
+}
+
+// failed returns the error of a start that could not be recorded: no
+// handler starts after it.
+func (s *starts) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // isOOM reports whether err is Redis's answer when it is full.

@@ -3,6 +3,8 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,5 +346,80 @@ func TestConsumer_AWindowLeftByAKillCountsOneStart(t *testing.T) {
 	}
 	if sum.DeadLettered != 4 || sum.Failed != 2 {
 		t.Fatalf("summary %+v: the four in the window reach max-attempts 2, the others fail once", sum)
+	}
+}
+
+// A handler that says when it begins (HandlerBegins) has its start
+// recorded there and not before, on its own, whatever order concurrent
+// handlers get ready in: at each Begin, every start on record is one whose
+// handler began (or returned), and none is in a window. A handler that
+// returns without calling Begin has its start recorded as it returns: it
+// counts against MaxAttempts like any other.
+func TestConsumer_AHandlerThatBeginsItselfIsCountedFromItsBegin(t *testing.T) {
+	const entries = 24
+	f := newFixture(t, entries)
+	c := f.consumer(t, "w1")
+	c.Count, c.Concurrency, c.HandlerBegins, c.MaxAttempts = entries, 4, true, 3
+	var mu sync.Mutex
+	begun := map[string]bool{}
+	checkRecords := func(ctx context.Context, when string) {
+		recs := f.rdb.HGetAll(ctx, attemptsKey).Val()
+		mu.Lock()
+		defer mu.Unlock()
+		for sid := range recs {
+			if !begun[sid] {
+				t.Errorf("%s: a start of %s is on record, whose handler has not begun", when, sid)
+			}
+		}
+		if w := f.rdb.HGet(ctx, windowsKey, "w1").Val(); w != "" {
+			t.Errorf("%s: a window of first starts %q", when, w)
+		}
+	}
+	fails := func(d stream.Delivery) bool { return d.Fields["n"] == "3" || d.Fields["n"] == "17" }
+	attempts := map[string]int64{}
+	h := func(ctx context.Context, d stream.Delivery) error {
+		sid := d.StreamID.String()
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) // getting ready
+		checkRecords(ctx, "before "+sid+" began")
+		mu.Lock()
+		attempts[sid] = d.Attempts
+		begun[sid] = true // a record of it may appear from here on
+		mu.Unlock()
+		if fails(d) {
+			return errors.New("fails before it begins")
+		}
+		if err := d.Begin(); err != nil {
+			return err
+		}
+		if got := f.rdb.HGet(ctx, attemptsKey, sid).Val(); got != fmt.Sprint(d.Attempts) {
+			t.Errorf("%s began as attempt %d, recorded %q", sid, d.Attempts, got)
+		}
+		return nil
+	}
+	if sum := run(t, c, h); sum.Acked != entries-2 || sum.Failed != 2 {
+		t.Fatalf("summary %+v", sum)
+	}
+	for sid, n := range attempts {
+		if n != 1 {
+			t.Errorf("%s: attempts %d, want 1", sid, n)
+		}
+	}
+	ctx := context.Background()
+	if recs := f.rdb.HGetAll(ctx, attemptsKey).Val(); len(recs) != 2 {
+		t.Fatalf("start records after the run: %v, want the two failed entries at 1", recs)
+	}
+	// Each failed start was counted though it never called Begin: the
+	// third is their last.
+	for want := int64(2); want <= 3; want++ {
+		clear(attempts)
+		sum := run(t, c, h)
+		for sid, n := range attempts {
+			if n != want {
+				t.Errorf("%s: started as attempt %d, want %d", sid, n, want)
+			}
+		}
+		if len(attempts) != 2 || (want == 3) != (sum.DeadLettered == 2) {
+			t.Fatalf("run %d: %d handlers, summary %+v", want, len(attempts), sum)
+		}
 	}
 }

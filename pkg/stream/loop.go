@@ -316,7 +316,7 @@ func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time, a
 	for len(msgs) > 0 {
 		var next <-chan prefetched
 		if r.ack.carrying {
-			if src == fromNew {
+			if src == fromNew && !r.c.HandlerBegins {
 				// Before the read ahead goes out: written beside it, the
 				// step waited in Redis behind the read of up to 1,000
 				// entries (2 ms a batch in P1, against 0.1 ms alone).
