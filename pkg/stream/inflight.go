@@ -249,8 +249,9 @@ func (s *starts) afterReturn(ctx context.Context, j *job) {
 	}
 }
 
-// recordOwn writes j's start as a record of its own. A full Redis counts
-// it in memory only, as step does, and is no error.
+// recordOwn writes j's start as a record of its own (a repeated start, or
+// one a handler begins). A full Redis counts it in memory only (j's
+// Attempts, set by the caller) and is no error.
 func (s *starts) recordOwn(ctx context.Context, j *job) error {
 	wctx, cancel := s.r.writeCtx(ctx)
 	defer cancel()
@@ -331,12 +332,8 @@ func (r *run) turn() time.Duration {
 // by extending the consumer's window to the step's last entry.
 func (s *starts) write(ctx context.Context, w []*job) error {
 	if len(w) == 1 && w[0].prior > 0 {
-		n := w[0].prior + 1
-		if err := s.r.c.io.setStarts(ctx, map[string]int64{w[0].sid: n}); err != nil {
-			return err
-		}
-		w[0].d.Attempts, w[0].recorded = n, true
-		return nil
+		w[0].d.Attempts = w[0].prior + 1
+		return s.recordOwn(ctx, w[0])
 	}
 	lo := s.lo
 	if lo == "" {
