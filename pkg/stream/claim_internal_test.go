@@ -23,7 +23,7 @@ func TestClaimScript_RecordsDeletedAsGaps(t *testing.T) {
 	rdb.XGroupCreate(ctx, key, "g", "0")
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 10})
 	rdb.XTrimMinID(ctx, key, "1002-0")
-	res, err := claimScript.Run(ctx, rdb, []string{key, gaps}, "g", "w1", 0, "0-0", 10).Slice()
+	res, err := claimScript.Run(ctx, rdb, []string{key, gaps, "emq:{q}:windows:s:g", "emq:{q}:attempts:s:g"}, "g", "w1", 0, "0-0", 10, "1").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

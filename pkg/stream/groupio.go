@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,11 @@ type groupReader interface {
 	// block (negative: not at all), with acks sent first in the same round
 	// trip; ackErr is theirs.
 	readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error)
+	// readNewStarting is readNew with this consumer's window of first
+	// starts set to window (windowValue) in the same round trip, after the
+	// acks and before the read; windowErr is the window's: nil when it
+	// was recorded before the read was served.
+	readNewStarting(ctx context.Context, block time.Duration, count int64, acks ackSet, window string) (msgs []message, ackErr, windowErr, err error)
 	// readNewRecordingGaps is readNew without blocking, after recording a
 	// catch-up gap when entries above the group's last-delivered id were
 	// trimmed unread (gapLua).
@@ -184,7 +190,7 @@ func (g *redisGroup) release() {
 }
 
 func (g *redisGroup) readPending(ctx context.Context, after string, count int64) ([]message, error) {
-	msgs, _, err, ok := g.readOwn(ctx, after, -1, count, ackSet{})
+	msgs, _, _, err, ok := g.readOwn(ctx, after, -1, count, ackSet{}, "")
 	if !ok {
 		args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
 		msgs, err = g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.size(count), args...), args)
@@ -227,11 +233,16 @@ type readCmds interface {
 // for longer than the client's read timeout leaves room for: go-redis's
 // own XREADGROUP gives a blocking read the time it waits.
 func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error) {
-	if msgs, ackErr, err, ok := g.readOwn(ctx, ">", block, count, acks); ok {
+	msgs, ackErr, _, err = g.readNewStarting(ctx, block, count, acks, "")
+	return msgs, ackErr, err
+}
+
+func (g *redisGroup) readNewStarting(ctx context.Context, block time.Duration, count int64, acks ackSet, window string) (msgs []message, ackErr, windowErr, err error) {
+	if msgs, ackErr, windowErr, err, ok := g.readOwn(ctx, ">", block, count, acks, window); ok {
 		if err != nil && !isNil(err) {
-			return nil, nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
+			return nil, nil, windowErr, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
 		}
-		return msgs, ackErr, nil
+		return msgs, ackErr, windowErr, nil
 	}
 	var read func() ([]message, error)
 	queue := func(c readCmds, raw bool) {
@@ -250,33 +261,57 @@ func (g *redisGroup) readNew(ctx context.Context, block time.Duration, count int
 			return fromXMessages(res[0].Messages), nil
 		}
 	}
-	if len(acks.ids) > 0 {
-		var ack *redis.IntCmd
+	if window != "" && block >= 0 && block+time.Second > g.readTimeout {
+		// A pipeline gives a blocking read no more than the read timeout.
+		window, windowErr = "", errWindowNotSent
+	}
+	if len(acks.ids) > 0 || window != "" {
+		var ack, win *redis.IntCmd
 		pipe := func(raw bool) {
 			g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				ack = g.queueAcks(ctx, p, acks)
+				if len(acks.ids) > 0 {
+					ack = g.queueAcks(ctx, p, acks)
+				}
+				if window != "" {
+					win = p.HSet(ctx, g.windows, g.consumer, window)
+				}
 				queue(p, raw)
 				return nil
 			})
 		}
 		pipe(true)
-		if err := ack.Err(); err != nil && !isReply(err) {
+		if first := cmp.Or(ack, win); first.Err() != nil && !isReply(first.Err()) {
 			// Failed on the network: go-redis retries no pipeline holding
 			// a raw read, so the acks and the read go again as go-redis
 			// would have sent them, the read decoded.
 			pipe(false)
 		}
-		if ackErr = ack.Err(); ackErr != nil {
-			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), nil
+		if win != nil {
+			if windowErr = win.Err(); windowErr != nil {
+				windowErr = g.windowError(window, windowErr)
+			}
+		}
+		if ack != nil {
+			if ackErr = ack.Err(); ackErr != nil {
+				return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, ackErr), windowErr, nil
+			}
 		}
 	} else {
 		queue(g.rdb, true)
 	}
 	msgs, err = read()
 	if err != nil && !isNil(err) {
-		return nil, nil, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
+		return nil, nil, windowErr, fmt.Errorf("read new from %s %s: %w", g.key, g.group, err)
 	}
-	return msgs, nil, nil
+	return msgs, nil, windowErr, nil
+}
+
+// errWindowNotSent: the window could not go with the read.
+var errWindowNotSent = errors.New("a window of first starts cannot go with a read that blocks this long through go-redis")
+
+// windowError names the window a refused record of it was.
+func (g *redisGroup) windowError(window string, err error) error {
+	return fmt.Errorf("record first handler starts (%s) in %s: %w", window, g.windows, err)
 }
 
 func (g *redisGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]message, error) {
@@ -288,27 +323,22 @@ func (g *redisGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]m
 }
 
 func (g *redisGroup) autoclaim(ctx context.Context, minIdle time.Duration, cursor string, count int64, recordGaps bool) (claimed, error) {
-	var c claimed
-	var err error
-	if recordGaps {
-		c, err = g.claimRecorded(ctx, minIdle, cursor, count)
-	} else {
-		var msgs []redis.XMessage
-		msgs, c.next, c.deleted, err = g.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-			Stream: g.key, Group: g.group, Consumer: g.consumer, MinIdle: minIdle, Start: cursor, Count: count,
-		}).Result()
-		c.msgs = fromXMessages(msgs)
-	}
+	c, err := g.claim(ctx, minIdle, cursor, count, recordGaps)
 	if err != nil {
 		return c, fmt.Errorf("xautoclaim %s %s: %w", g.key, g.group, err)
 	}
 	return c, nil
 }
 
-// claimRecorded runs claimScript.
-func (g *redisGroup) claimRecorded(ctx context.Context, minIdle time.Duration, cursor string, count int64) (claimed, error) {
+// claim runs claimScript.
+func (g *redisGroup) claim(ctx context.Context, minIdle time.Duration, cursor string, count int64, recordGaps bool) (claimed, error) {
 	var c claimed
-	res, err := claimScript.Run(ctx, g.rdb, []string{g.key, g.gaps}, g.group, g.consumer, minIdle.Milliseconds(), cursor, count).Slice()
+	flag := "0"
+	if recordGaps {
+		flag = "1"
+	}
+	res, err := claimScript.Run(ctx, g.rdb, []string{g.key, g.gaps, g.windows, g.attempts},
+		g.group, g.consumer, minIdle.Milliseconds(), cursor, count, flag).Slice()
 	if err != nil {
 		return c, err
 	}
@@ -321,7 +351,14 @@ func (g *redisGroup) claimRecorded(ctx context.Context, minIdle time.Duration, c
 	}
 	if len(res) > 2 {
 		d, _ := res[2].([]any)
-		c.recorded = len(d)
+		if recordGaps {
+			c.recorded = len(d)
+		} else {
+			for _, id := range d {
+				s, _ := id.(string)
+				c.deleted = append(c.deleted, s)
+			}
+		}
 	}
 	return c, nil
 }
@@ -355,6 +392,15 @@ func (g *redisGroup) counts(ctx context.Context, ids []string, pendingOnly bool)
 	wins, err := windows.Result()
 	if err != nil {
 		return nil, nil, fmt.Errorf("read start windows from %s: %w", g.windows, err)
+	}
+	if isOpenWindow(wins[g.consumer]) {
+		// Left by a read of ours that was served, or not, before the run
+		// that sent it ended: resolved before its entries are judged.
+		own, err := resolveOwnScript.Run(ctx, g.rdb, []string{g.key, g.windows, g.attempts}, g.group, g.consumer).Text()
+		if err != nil && !isNil(err) {
+			return nil, nil, fmt.Errorf("resolve the start window of %s in %s: %w", g.consumer, g.windows, err)
+		}
+		wins[g.consumer] = own
 	}
 	for i, v := range vals {
 		s, _ := v.(string)

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +24,8 @@ type fakeGroup struct {
 	delivered  int              // entries[:delivered] were read by the group
 	pel        map[string]int64 // pending id -> deliveries
 	starts     map[string]int64
-	window     string // this consumer's window of first starts, "lo hi"
+	window     string   // this consumer's window of first starts, "lo hi" (or open: "next after n")
+	windows    []string // every window recorded with a read, in order
 	dead       []Fields
 	acks       [][]string // every ack call's ids
 	ackErr     error      // every ack fails with it
@@ -88,6 +90,46 @@ func (g *fakeGroup) readNew(ctx context.Context, _ time.Duration, count int64, a
 	return out, nil, nil
 }
 
+func (g *fakeGroup) readNewStarting(ctx context.Context, block time.Duration, count int64, acks ackSet, window string) ([]message, error, error, error) {
+	msgs, ackErr, err := g.readNew(ctx, block, count, acks)
+	if window == "" || ackErr != nil {
+		return msgs, ackErr, nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.startErr != nil {
+		return msgs, nil, g.startErr, err
+	}
+	g.window = window
+	g.windows = append(g.windows, window)
+	return msgs, nil, nil, err
+}
+
+// resolve turns an open window ("next after n") into the range of the first
+// n entries after after still pending with no record of their own, as
+// resolveWindowsLua does. Called with g.mu held.
+func (g *fakeGroup) resolve() {
+	var after string
+	var n int
+	if _, err := fmt.Sscanf(g.window, "next %s %d", &after, &n); err != nil {
+		return
+	}
+	var lo, hi string
+	for _, m := range g.entries[:g.delivered] {
+		_, pending := g.pel[m.ID]
+		if n > 0 && pending && lessID(after, m.ID) {
+			n--
+			if g.starts[m.ID] == 0 {
+				lo, hi = cmp.Or(lo, m.ID), m.ID
+			}
+		}
+	}
+	g.window = ""
+	if lo != "" {
+		g.window = lo + " " + hi
+	}
+}
+
 func (g *fakeGroup) readNewRecordingGaps(ctx context.Context, count int64) ([]message, error) {
 	msgs, _, err := g.readNew(ctx, -1, count, ackSet{})
 	return msgs, err
@@ -101,6 +143,7 @@ func (g *fakeGroup) counts(_ context.Context, ids []string, pendingOnly bool) (m
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	deliveries, starts := map[string]int64{}, map[string]int64{}
+	g.resolve()
 	for _, id := range ids {
 		if n, ok := g.pel[id]; ok && pendingOnly {
 			deliveries[id] = n
@@ -334,5 +377,79 @@ func TestStarts_RecordedInJobOrderWhateverOrderHandlersAsk(t *testing.T) {
 	}
 	if want := jobs[0].sid + " " + jobs[7].sid; g.window != want {
 		t.Errorf("window of first starts %q, want %q", g.window, want)
+	}
+}
+
+// A read of new entries records the first step of what it reads in its own
+// round trip, as an open window: the handler of the entry it brings starts
+// with its start on record and no write of its own. A read that comes back
+// full is followed by a read ahead, which closes that window to the batch
+// in hand before it reads further; the batch it brings gets a first step of
+// its own.
+func TestLoop_AReadRecordsTheFirstStepOfWhatItReads(t *testing.T) {
+	g, c := newFakeGroup(t, 5)
+	c.Count = 1 // the read comes back full: a read ahead follows
+	var mu sync.Mutex
+	var seen []string // the window each handler starts under
+	h := func(_ context.Context, d Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, g.window)
+		if d.Attempts != 1 {
+			t.Errorf("%s starts with Attempts %d, want 1", d.StreamID, d.Attempts)
+		}
+		return nil
+	}
+	if _, err := c.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	id0, id1 := g.entries[0].ID, g.entries[1].ID
+	if want := []string{"next 0-0 1", id0 + " " + id0}; len(g.windows) < 2 || !slices.Equal(g.windows[:2], want) {
+		t.Fatalf("windows recorded with reads %q, want them to begin %q", g.windows, want)
+	}
+	if want := []string{"next 0-0 1", id1 + " " + id1}; seen[0] != want[0] || seen[1] != want[1] {
+		t.Fatalf("handlers started under windows %q, want %q then %q", seen, want[0], want[1])
+	}
+}
+
+// No window goes with a read where a start counted for an entry that never
+// ran would cost it its only attempt (MaxAttempts 1), nor where handlers
+// record their own starts.
+func TestLoop_NoWindowWithTheReadWhenOneStartIsAll(t *testing.T) {
+	for name, set := range map[string]func(*Consumer){
+		"max-attempts-1": func(c *Consumer) { c.MaxAttempts = 1 },
+		"handler-begins": func(c *Consumer) { c.HandlerBegins = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, c := newFakeGroup(t, 3)
+			set(c)
+			if _, err := c.Run(context.Background(), func(context.Context, Delivery) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if len(g.windows) != 0 || len(g.pel) != 0 {
+				t.Fatalf("windows recorded with reads %q (pending %v), want none", g.windows, g.pel)
+			}
+		})
+	}
+}
+
+// A read that brings more entries than its open window names has their
+// first step recorded as a range before the first handler starts: acks or
+// dead letters of the first entries must not shift what the open window
+// names onto entries not started.
+func TestLoop_AReadBringingMoreThanItsWindowRecordsARange(t *testing.T) {
+	g, c := newFakeGroup(t, 5)
+	var first string
+	h := func(_ context.Context, d Delivery) error {
+		if first == "" {
+			first = g.window
+		}
+		return nil
+	}
+	if _, err := c.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if id0 := g.entries[0].ID; first != id0+" "+id0 {
+		t.Fatalf("the first handler started under the window %q, want %q", first, id0+" "+id0)
 	}
 }

@@ -130,6 +130,9 @@ func (r *run) jobs(ctx context.Context, msgs []message, deleted []string, src so
 		if err != nil {
 			return nil, err
 		}
+		if sid.Compare(r.seen) > 0 {
+			r.seen = sid
+		}
 		n, ok := deliveries[m.ID]
 		switch {
 		case src == fromNew:

@@ -263,7 +263,8 @@ func (k Keyspace) Archived(stream, deadGroup string) string {
 // StartWindows returns the key of a group's windows of first handler
 // starts: per consumer, the range of stream ids of the batch in hand whose
 // first starts are recorded as one (an entry in it that is still pending
-// was started once unless its own record says more).
+// was started once unless its own record says more), or an open window
+// written with a read not yet served (resolveWindowsLua).
 func (k Keyspace) StartWindows(stream, group string) string {
 	return k.base() + "windows:" + stream + ":" + group
 }

@@ -46,11 +46,16 @@ type run struct {
 	batch int64
 	// window is how many first handler starts are recorded in one round
 	// trip (starts).
-	window    int
-	took      atomic.Int64 // how long the last handler to return took, in ns (0: none yet)
-	windowed  bool         // a window of first starts was recorded (dropped at the end)
-	first     *firstStarts // the first step of the batch in hand, recorded before its read ahead
-	answered  atomic.Bool  // a start record of the run was answered: later first steps need not wait for theirs
+	window   int
+	took     atomic.Int64 // how long the last handler to return took, in ns (0: none yet)
+	windowed bool         // a window of first starts was recorded (dropped at the end)
+	first    *firstStarts // the first step of the batch in hand, recorded before its read ahead
+	// withRead is the first step of the batch just read, recorded in its
+	// read's round trip (an open window, readNew); seen is the highest
+	// stream id the run has had in hand, after which such a window opens.
+	withRead  *firstStarts
+	seen      brand.StreamID
+	answered  atomic.Bool // a start record of the run was answered: later first steps need not wait for theirs
 	oomWarned atomic.Bool
 	// readAt is when the batch in hand was read; renewLost is set when a
 	// renewal of its entries failed. Either past --min-idle or set, the
@@ -313,10 +318,18 @@ func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time, a
 	r.ack.carrying = r.c.DedupeTTL == 0 && r.history == nil
 	defer func() { r.ack.carrying = false }()
 	total, src := 0, fromNew
+	withRead := r.withRead
+	r.withRead = nil
 	for len(msgs) > 0 {
 		var next <-chan prefetched
 		if r.ack.carrying {
-			if src == fromNew && !r.c.HandlerBegins {
+			closed := "" // the window recorded with the read, closed by the read ahead
+			switch {
+			case src != fromNew || r.c.HandlerBegins:
+			case withRead != nil:
+				r.first, withRead = withRead, nil
+				closed = r.first.lo + " " + r.first.hi.String()
+			default:
 				// Before the read ahead goes out: written beside it, the
 				// step waited in Redis behind the read of up to 1,000
 				// entries (2 ms a batch in P1, against 0.1 ms alone).
@@ -328,7 +341,7 @@ func (r *run) handleNew(ctx context.Context, msgs []message, readAt time.Time, a
 			// where the next entry's read then waited behind it. The read
 			// after the batch carries its acks.
 			if int64(len(msgs)) >= asked {
-				next = r.prefetch(ctx, len(msgs))
+				next = r.prefetch(ctx, len(msgs), closed)
 			}
 		}
 		err := r.handle(ctx, msgs, nil, src, readAt, asked)
@@ -368,6 +381,9 @@ const redisTick = 100 * time.Millisecond
 // readGroup reads new entries. With a History configured, a non-blocking
 // read goes through the script that records gaps first; a blocking read
 // only returns entries appended while it waits, after which no gap can hide.
+// Without a History, the read records an open window of first starts in
+// its round trip (openWindow); when that covers every entry it brings, it
+// is their first step (r.withRead).
 func (r *run) readGroup(ctx context.Context, block time.Duration, count int64) ([]message, error) {
 	if r.history != nil {
 		msgs, err := r.c.io.readNewRecordingGaps(ctx, count)
@@ -376,11 +392,49 @@ func (r *run) readGroup(ctx context.Context, block time.Duration, count int64) (
 		}
 	}
 	carried := r.ack.take()
-	msgs, ackErr, err := r.c.io.readNew(ctx, block, count, carried)
+	window, n := r.openWindow()
+	msgs, ackErr, windowErr, err := r.c.io.readNewStarting(ctx, block, count, carried, window)
 	if err := r.ack.sent(carried, ackErr); err != nil {
 		return nil, err
 	}
+	if window != "" {
+		r.windowed = true // dropped at the end of the run, used or not
+		if windowErr == nil && err == nil && len(msgs) > 0 && len(msgs) <= n {
+			r.answered.Store(true)
+			if hi, perr := brand.ParseStreamID(msgs[len(msgs)-1].ID); perr == nil {
+				r.withRead = &firstStarts{lo: msgs[0].ID, hi: hi}
+			}
+		}
+	}
 	return msgs, err
+}
+
+// openWindow returns the open window of first starts a read of new
+// entries records in its own round trip (see resolveWindowsLua): the
+// run's step of first starts (adapt), after the highest id the run has had
+// in hand; "" when the read records none. The window is written before the
+// read is served, so no write stands between the entries' arrival and
+// their handlers, and a worker killed as they arrive has their starts
+// counted. It is the batch's first step only when it covers every entry
+// the read brings (readGroup): otherwise recordFirst writes the first step
+// as a range before any handler starts, as without it, and acks or dead
+// letters of its first entries cannot shift what an open window names
+// onto entries not started.
+//
+// Only where a batch's first step would be recorded before the handlers
+// (recordFirst: acks carried, no history, handlers that do not begin
+// themselves), and never when a single start is all MaxAttempts allows:
+// a read served to a worker that died waiting for it counts the step's
+// starts, as a kill right after any step does, and with MaxAttempts 1
+// that would dead-letter the entry unrun.
+func (r *run) openWindow() (window string, n int) {
+	if r.c.MaxAttempts <= 1 || r.c.HandlerBegins || r.c.DedupeTTL != 0 || r.history != nil {
+		return "", 0
+	}
+	if r.turn() > slowStart {
+		r.window = 1 // see adapt
+	}
+	return windowValue(r.seen.String(), r.window), r.window
 }
 
 // prefetched is the outcome of a read issued while a batch was handled.
@@ -396,7 +450,13 @@ type prefetched struct {
 // on the next overlap instead of waiting on each other. It takes the carried
 // acks along. It returns nil when no read may go ahead: a beat is due, the
 // run is stopping, or the budget holds no more entries.
-func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
+//
+// closed, when not "", is the window of first starts recorded with the
+// read of the batch in hand, closed ("lo hi"): set ahead of the read in
+// its round trip, so that the entries it reads are not counted by the
+// open window (the first entries after an id still pending for this
+// consumer, which these are once the batch in hand is acked).
+func (r *run) prefetch(ctx context.Context, inFlight int, closed string) <-chan prefetched {
 	count := r.batch
 	if r.c.MaxEntries > 0 {
 		count = min(count, r.c.MaxEntries-r.sum.Handled()-r.sum.Abandoned-int64(inFlight))
@@ -412,7 +472,10 @@ func (r *run) prefetch(ctx context.Context, inFlight int) <-chan prefetched {
 		// (bounded by WriteTimeout), and a read that does not block is quick.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.WriteTimeout)
 		defer cancel()
-		msgs, ackErr, err := r.c.io.readNew(wctx, -1, count, acks)
+		// A window not closed (a full Redis refuses it) leaves the batch
+		// read ahead counted, should the worker be killed before its own
+		// first step is recorded: a start too many, never one too few.
+		msgs, ackErr, _, err := r.c.io.readNewStarting(wctx, -1, count, acks, closed)
 		if ackErr != nil {
 			err = ackErr
 		}

@@ -44,17 +44,19 @@ func (o *ownReads) close() {
 	o.slot.drop()
 }
 
-// readOwn sends acks (none: no XACK) and an XREADGROUP from after on the
-// group's own connection and reads the messages. ok is false when the
-// read did not go there (no connection to be had, or it failed on the
-// network): send them again through go-redis; acks sent twice ack once,
-// and entries a lost reply delivered wait in this consumer's pending
-// list, as after a read go-redis sent again itself. An error reply to the
-// read is read again through Do, whose error is go-redis's.
-func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Duration, count int64, acks ackSet) (msgs []message, ackErr, err error, ok bool) {
+// readOwn sends acks (none: no XACK), this consumer's window of first
+// starts when window is not "" (windowValue), and an XREADGROUP from
+// after on the group's own connection and reads the messages. ok is false
+// when the read did not go there (no connection to be had, or it failed on
+// the network): send them again through go-redis; acks sent twice ack
+// once, a window set twice is set, and entries a lost reply delivered wait
+// in this consumer's pending list, as after a read go-redis sent again
+// itself. An error reply to the read is read again through Do, whose error
+// is go-redis's.
+func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Duration, count int64, acks ackSet, window string) (msgs []message, ackErr, windowErr, err error, ok bool) {
 	conn, done := g.own.take(ctx, g.rdb)
 	if conn == nil {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	defer done()
 	var cmds [][]string
@@ -64,16 +66,24 @@ func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Durat
 			cmds = append(cmds, append([]string{"HDEL", g.attempts}, acks.records...))
 		}
 	}
+	if window != "" {
+		cmds = append(cmds, []string{"HSET", g.windows, g.consumer, window})
+	}
 	read := xreadgroupArgs(g.group, g.consumer, g.key, after, count, block)
 	cmds = append(cmds, read)
 	replies, err := conn.do(ctx, block, g.replies.size(count), cmds...)
 	if err != nil {
 		g.own.fail()
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
+	}
+	if window != "" {
+		if err := replyError(replies[len(replies)-2]); err != nil {
+			windowErr = g.windowError(window, err)
+		}
 	}
 	if len(acks.ids) > 0 {
 		if err := replyError(replies[0]); err != nil {
-			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, err), nil, true
+			return nil, fmt.Errorf("ack %d entries in %s %s: %w", len(acks.ids), g.key, g.group, err), windowErr, nil, true
 		}
 	}
 	b := replies[len(replies)-1]
@@ -83,10 +93,10 @@ func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Durat
 			args[i] = a
 		}
 		msgs, err = readReply(g.rdb.Do(ctx, args...))
-		return msgs, nil, err, true
+		return msgs, nil, windowErr, err, true
 	}
 	r := &resp{s: unsafe.String(&b[0], len(b))}
 	msgs, err = r.messages()
 	g.replies.learn(len(b), len(msgs))
-	return msgs, nil, err, true
+	return msgs, nil, windowErr, err, true
 }

@@ -30,22 +30,10 @@ func TestConsumer_StartCountedWhenKilledAsTheHandlerStarts(t *testing.T) {
 		killedWorker(t, addr)
 		return
 	}
-	srv := testserver.Redis(t)
-	rdb := srv.Client(t)
+	rdb, l, worker := startKilledWorker(t)
 	ctx := context.Background()
-	l := killLog(t, rdb)
-	if err := rdb.XGroupCreateMkStream(ctx, l.Key(), "g", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
 	first, err := l.Append(ctx, stream.Fields{"kill": "no"})
 	if err != nil {
-		t.Fatal(err)
-	}
-	worker := exec.Command(os.Args[0], "-test.run", "^TestConsumer_StartCountedWhenKilledAsTheHandlerStarts$", "-test.count", "1")
-	worker.Env = append(os.Environ(), "SILT_KILLED_WORKER_REDIS="+srv.Addr)
-	var out bytes.Buffer
-	worker.Stdout, worker.Stderr = &out, &out
-	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// The first entry is handled and acked (its start record answered),
@@ -57,7 +45,7 @@ func TestConsumer_StartCountedWhenKilledAsTheHandlerStarts(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			worker.Process.Kill()
+			worker.cmd.Process.Kill()
 			t.Fatalf("the worker did not ack the first entry: %v %v", g, err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -66,10 +54,7 @@ func TestConsumer_StartCountedWhenKilledAsTheHandlerStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exit *exec.ExitError
-	if err := worker.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the worker was not killed by its handler: %v\n%s", err, out.String())
-	}
+	worker.waitKilled(t)
 	c, _ := stream.NewConsumer(l, "g", "w1")
 	c.Block, c.MaxEntries = time.Millisecond, 1
 	var got stream.Delivery
@@ -88,6 +73,42 @@ func killLog(tb testing.TB, rdb *redis.Client) *stream.Log {
 		tb.Fatal(err)
 	}
 	return l
+}
+
+// workerProcess is the test binary run again as killedWorker, by the test
+// that starts it.
+type workerProcess struct {
+	cmd *exec.Cmd
+	out bytes.Buffer
+}
+
+// startKilledWorker starts a Redis server with killLog's stream and its
+// group "g", and the calling test again as the worker process on it
+// (killedWorker).
+func startKilledWorker(t *testing.T) (*redis.Client, *stream.Log, *workerProcess) {
+	t.Helper()
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	l := killLog(t, rdb)
+	if err := rdb.XGroupCreateMkStream(context.Background(), l.Key(), "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workerProcess{cmd: exec.Command(os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.count", "1")}
+	w.cmd.Env = append(os.Environ(), "SILT_KILLED_WORKER_REDIS="+srv.Addr)
+	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.out
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, l, w
+}
+
+// waitKilled waits for the worker process to be SIGKILLed by its handler.
+func (w *workerProcess) waitKilled(t *testing.T) {
+	t.Helper()
+	var exit *exec.ExitError
+	if err := w.cmd.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the worker was not killed by its handler: %v\n%s", err, w.out.String())
+	}
 }
 
 // killedWorker is the worker process: it handles entries until one says
