@@ -91,3 +91,53 @@ func TestRun_ExecStartsAreRecordedOneByOne(t *testing.T) {
 		t.Fatalf("windows of first starts seen by the handlers: %q, want none", b)
 	}
 }
+
+// A co-process still starting takes one delivery: the others wait for its
+// first answer before they are taken, so their starts are not counted
+// while it could not have read them (a worker killed then counted one for
+// each of --concurrency deliveries it had only queued). Here it takes
+// 700 ms to start; while it does, the start records name one entry.
+func TestRun_PipeTakesOneDeliveryUntilItsCoprocessAnswers(t *testing.T) {
+	srv := testserver.Redis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	ks, _ := stream.NewKeyspace("", "cm")
+	l, _ := stream.NewLog(rdb, ks, "events", brand.EVT)
+	batch := make([]stream.Fields, 8)
+	for i := range batch {
+		batch[i] = stream.Fields{"do": "ok"}
+	}
+	if _, err := l.AppendBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	windows, attempts := ks.StartWindows("events", "g"), ks.Attempts("events", "g")
+	// counted is how many entries have a start on record.
+	counted := func() int {
+		n := int(rdb.HLen(ctx, attempts).Val())
+		if lo, hi, ok := strings.Cut(rdb.HGet(ctx, windows, "w1").Val(), " "); ok && !strings.HasPrefix(lo, "next") {
+			n += len(rdb.XRange(ctx, l.Key(), lo, hi).Val())
+		}
+		return n
+	}
+	type result struct {
+		code     int
+		out, err string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := runWorker(t, "", "run", "--redis", srv.URL(), "--queue", "cm", "--stream", "events", "--group", "g",
+			"--consumer", "w1", "--block", "100ms", "--concurrency", "8", "--pipe", "SILT_TEST_COPROCESS=slowstart '"+os.Args[0]+"'")
+		done <- result{code, out, errOut}
+	}()
+	most := 0
+	for start := time.Now(); time.Since(start) < 500*time.Millisecond; time.Sleep(5 * time.Millisecond) {
+		most = max(most, counted())
+	}
+	r := <-done
+	if r.code != 0 || parseSummary(t, r.out).Acked != 8 {
+		t.Fatalf("exit %d: %s %s", r.code, r.out, r.err)
+	}
+	if most != 1 {
+		t.Fatalf("while the co-process started, %d entries had a start on record, want 1", most)
+	}
+}

@@ -69,6 +69,60 @@ type pipeHandler struct {
 	starts  int
 	spent   error
 	stopped bool
+
+	gate admission
+}
+
+// admission holds the run's workers while the co-process has not answered
+// yet: one delivery (the probe) goes to it, the others wait for its first
+// answer or its end. A co-process still starting (an interpreter loading
+// its libraries: tens of ms for node) only queues what it is sent, and
+// each delivery's start is counted as it is sent: a worker killed then
+// counted up to --concurrency starts for entries no handler ever read.
+type admission struct {
+	mu      sync.Mutex
+	probing bool          // a delivery is in flight to a co-process that has not answered
+	wake    chan struct{} // closed when probing ends
+}
+
+// admit is stream.Consumer.Admit: at once while the live co-process has
+// answered; otherwise as the probe, or once the probe's co-process
+// answered or ended.
+func (p *pipeHandler) admit(ctx context.Context) error {
+	for {
+		if cp := p.cur.Load(); cp != nil && cp.answered() && !cp.over() {
+			return nil
+		}
+		g := &p.gate
+		g.mu.Lock()
+		if !g.probing {
+			g.probing = true
+			g.mu.Unlock()
+			return nil
+		}
+		if g.wake == nil {
+			g.wake = make(chan struct{})
+		}
+		wake := g.wake
+		g.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// release ends the probe: its co-process answered or ended, or it never
+// reached one.
+func (g *admission) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probing = false
+	if g.wake != nil {
+		close(g.wake)
+		g.wake = nil
+	}
 }
 
 func newPipeHandler(argv []string, timeout time.Duration, restarts int, env []string, secrets masker, log *slog.Logger, stop func(error)) *pipeHandler {
@@ -103,6 +157,7 @@ type coproc struct {
 	started     time.Time
 	firstLine   atomic.Int64  // when the first line came on its stdout, in ns after started; 0: none yet
 	firstAnswer chan struct{} // closed once firstLine is set
+	gate        *admission    // its handler's: released at its first answer and at its end
 	silent      sync.Once     // the buffering warning, given once
 }
 
@@ -126,6 +181,7 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	line := appendDelivery(make([]byte, 0, 256), doc)
 	cp, err := p.running()
 	if err != nil {
+		p.gate.release() // sent nothing: the next may try
 		return err
 	}
 	id := doc.ID
@@ -134,11 +190,13 @@ func (p *pipeHandler) handle(ctx context.Context, d stream.Delivery) error {
 	if cp.why != nil { // ended since running(): its waiters were told already
 		cp.mu.Unlock()
 		resultChans.Put(ch)
+		p.gate.release()
 		return fmt.Errorf("co-process: %w", cp.cause())
 	}
 	if _, dup := cp.waiting[id]; dup {
 		cp.mu.Unlock()
 		resultChans.Put(ch)
+		p.gate.release()
 		return fmt.Errorf("co-process: %s is already in flight", id)
 	}
 	cp.waiting[id] = pending{result: ch, sent: time.Now()}
@@ -287,7 +345,7 @@ func (p *pipeHandler) start() (*coproc, error) {
 		cmd: cmd, in: input{w: stdin, burst: p.inFlight != 1}, reader: p.inFlight != 1,
 		out: out, rd: bufio.NewReaderSize(out, maxResultLine), turn: make(chan struct{}, 1),
 		exited: make(chan struct{}), waiting: map[string]pending{}, dead: make(chan struct{}), started: started,
-		firstAnswer: make(chan struct{}),
+		firstAnswer: make(chan struct{}), gate: &p.gate,
 	}
 	if cp.reader {
 		go func() {
@@ -331,6 +389,7 @@ func (cp *coproc) readUntil(own string) (r pipeResult, ours bool) {
 			if !cp.answered() { // only the turn's holder reads: one first line
 				cp.firstLine.Store(max(int64(time.Since(cp.started)), 1))
 				close(cp.firstAnswer)
+				cp.gate.release()
 			}
 			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 			r, perr := parseResult(line)
@@ -550,6 +609,7 @@ func (cp *coproc) end(why error) {
 		return
 	}
 	cp.why = why
+	defer cp.gate.release()
 	if cp.cmd.Cancel != nil {
 		cp.cmd.Cancel() // the whole group
 	}

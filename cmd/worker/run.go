@@ -217,6 +217,7 @@ func runAction(c *cli.Context) error {
 	defer cancel(nil)
 	if pipe != nil {
 		pipe.stop = cancel
+		s.consumer.Admit = pipe.admit
 		defer pipe.close(c.Duration("grace"))
 	}
 	if err := attachArchive(c, s); err != nil {

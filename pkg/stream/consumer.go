@@ -45,6 +45,14 @@ type Consumer struct {
 	// the handler was getting ready counts no start, where a start recorded
 	// before it counted one for a handler that never ran.
 	HandlerBegins bool
+	// Admit, when set, is called by each of the Concurrency workers before
+	// it takes its next entry and records that entry's start: a handler
+	// that can take only so many entries yet holds workers there (a
+	// co-process still starting takes one), so no start is counted for an
+	// entry it would only have queued. An error (ctx done) ends that worker
+	// for the batch; what it did not take stays pending, its start not
+	// counted.
+	Admit func(ctx context.Context) error
 
 	// Failpoint, when set, is called at the points of each batch (package
 	// failpoint lists them): crash tests kill the process exactly there.

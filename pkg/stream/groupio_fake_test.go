@@ -463,3 +463,50 @@ func TestLoop_AReadBringingMoreThanItsWindowRecordsARange(t *testing.T) {
 		t.Fatalf("the first handler started under the window %q, want %q", first, id0+" "+id0)
 	}
 }
+
+// Admit holds a worker before it takes an entry: what it holds has no
+// start recorded. Here the first handler is admitted and the others wait
+// until it returns; while it runs, one entry has a start on record.
+func TestLoop_AdmitHoldsWorkersBeforeTheyTakeAnEntry(t *testing.T) {
+	g, c := newFakeGroup(t, 4)
+	c.Concurrency = 4
+	var probe sync.Mutex
+	probed := false
+	firstDone := make(chan struct{})
+	c.Admit = func(ctx context.Context) error {
+		probe.Lock()
+		first := !probed
+		probed = true
+		probe.Unlock()
+		if !first {
+			select {
+			case <-firstDone:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	ids := make([]string, len(g.entries))
+	for i, m := range g.entries {
+		ids[i] = m.ID
+	}
+	var once sync.Once
+	var onRecord int
+	h := func(context.Context, Delivery) error {
+		once.Do(func() {
+			time.Sleep(20 * time.Millisecond) // the others would have taken theirs by now
+			_, starts, _ := g.counts(context.Background(), ids, false)
+			onRecord = len(starts)
+			close(firstDone)
+		})
+		return nil
+	}
+	sum, err := c.Run(context.Background(), h)
+	if err != nil || sum.Acked != 4 {
+		t.Fatalf("%+v, %v", sum, err)
+	}
+	if onRecord != 1 {
+		t.Fatalf("%d entries had a start on record while one was admitted, want 1", onRecord)
+	}
+}

@@ -353,7 +353,14 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 					close(allDone)
 				}
 			}()
-			for i := next.Add(1) - 1; i < int64(len(runnable)) && ctx.Err() == nil; i = next.Add(1) - 1 {
+			for ctx.Err() == nil {
+				if r.c.Admit != nil && r.c.Admit(ctx) != nil {
+					return
+				}
+				i := next.Add(1) - 1
+				if i >= int64(len(runnable)) {
+					return
+				}
 				if r.c.HandlerBegins {
 					if st.failed() != nil {
 						return
