@@ -36,10 +36,14 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 	_, l, _, _, newGroup := benchStream(b, entries, stream.Fields{"do": "ok"})
 	quiet := slog.New(slog.DiscardHandler)
 	// run handles up to limit entries from the start of the stream in a
-	// new group and returns how many it handled.
-	run := func(tb testing.TB, h stream.Handler, limit int64) int {
+	// new group and returns how many it handled; set sets the consumer up
+	// as runAction does for the handler.
+	run := func(tb testing.TB, h stream.Handler, limit int64, set ...func(*stream.Consumer)) int {
 		c, _ := stream.NewConsumer(l, newGroup(tb), "w1")
 		c.Block, c.Concurrency, c.MaxEntries = time.Millisecond, 64, limit
+		for _, f := range set {
+			f(c)
+		}
 		sum, err := c.Run(ctx, h)
 		if err != nil || sum.Acked != min(limit, entries) {
 			tb.Fatalf("run: %+v %v", sum, err)
@@ -50,7 +54,7 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 		defer pipeProcs(os.Getenv)() // as runAction runs --pipe
 		p := newPipeHandler([]string{exe}, time.Minute, 0, []string{"SILT_TEST_COPROCESS=ok"}, nil, quiet, func(error) {})
 		defer p.close(time.Second)
-		return run(tb, p.handle, entries)
+		return run(tb, p.handle, entries, func(c *stream.Consumer) { c.Admit = p.admit })
 	}
 	b.Run("stdout", func(b *testing.B) {
 		// Wall clock (ratio), and the worker's own CPU per entry (cpu-ratio:
@@ -63,6 +67,8 @@ func BenchmarkPipe_Ratio(b *testing.B) {
 	})
 	b.Run("exec", func(b *testing.B) {
 		exec := execHandler([]string{exe}, time.Minute, []string{"SILT_TEST_COPROCESS=exec"}, nil, quiet)
-		benchratio.Compare(b, pipe, func(tb testing.TB) int { return run(tb, exec, 300) })
+		benchratio.Compare(b, pipe, func(tb testing.TB) int {
+			return run(tb, exec, 300, func(c *stream.Consumer) { c.HandlerBegins = true })
+		})
 	})
 }

@@ -66,7 +66,17 @@ func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Durat
 			cmds = append(cmds, append([]string{"HDEL", g.attempts}, acks.records...))
 		}
 	}
-	if window != "" {
+	carry := window != ""
+	if carry && sentEarly {
+		// Negative control: says the window goes with the read, and
+		// writes it late.
+		carry = false
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			g.rdb.HSet(context.WithoutCancel(ctx), g.windows, g.consumer, window)
+		}()
+	}
+	if carry {
 		cmds = append(cmds, []string{"HSET", g.windows, g.consumer, window})
 	}
 	read := xreadgroupArgs(g.group, g.consumer, g.key, after, count, block)
@@ -76,7 +86,7 @@ func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Durat
 		g.own.fail()
 		return nil, nil, nil, nil, false
 	}
-	if window != "" {
+	if carry {
 		if err := replyError(replies[len(replies)-2]); err != nil {
 			windowErr = g.windowError(window, err)
 		}
