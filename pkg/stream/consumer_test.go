@@ -422,6 +422,10 @@ func TestConsumer_ForgetsStaleConsumersWithNothingPending(t *testing.T) {
 	c.EnsureGroup(ctx)
 	f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "billing", Consumer: "holder", Streams: []string{f.log.Key(), ">"}, Count: 1})
 	f.rdb.XGroupCreateConsumer(ctx, f.log.Key(), "billing", "gone")
+	// Each left a window of first starts: killed while it waited in a
+	// read (an open window), or after a batch.
+	windows := f.log.Keyspace().StartWindows(f.log.Name(), "billing")
+	f.rdb.HSet(ctx, windows, "gone", "next 0-0 1", "holder", f.ids[0].StreamID.String()+" "+f.ids[0].StreamID.String())
 	time.Sleep(30 * time.Millisecond)
 	c.ForgetAfter = 20 * time.Millisecond
 	n, err := c.ForgetStale(ctx)
@@ -434,6 +438,9 @@ func TestConsumer_ForgetsStaleConsumersWithNothingPending(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[holder]" {
 		t.Fatalf("consumers left: %v, want the one with a pending entry", names)
+	}
+	if left := f.rdb.HKeys(ctx, windows).Val(); fmt.Sprint(left) != "[holder]" {
+		t.Fatalf("windows left for %v, want the window of the consumer kept (a forgotten one has nothing pending for it to count)", left)
 	}
 }
 

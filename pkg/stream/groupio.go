@@ -95,7 +95,9 @@ type groupWriter interface {
 	// ensureGroup creates the group at the stream's start if it is missing.
 	ensureGroup(ctx context.Context) error
 	// forgetIdle removes the group's other consumers idle longer than
-	// olderThan with nothing pending, and returns their names.
+	// olderThan with nothing pending, and their windows of first starts
+	// (which count nothing without a pending entry), and returns their
+	// names.
 	forgetIdle(ctx context.Context, olderThan time.Duration) ([]string, error)
 }
 
@@ -683,6 +685,7 @@ func (g *redisGroup) ensureGroup(ctx context.Context) error {
 var forgetScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
 if #p > 0 then return -1 end
+redis.call('HDEL', KEYS[2], ARGV[2])
 return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 `)
 
@@ -696,7 +699,7 @@ func (g *redisGroup) forgetIdle(ctx context.Context, olderThan time.Duration) ([
 		if k.Name == g.consumer || k.Pending > 0 || k.Idle < olderThan {
 			continue
 		}
-		n, err := forgetScript.Run(ctx, g.rdb, []string{g.key}, g.group, k.Name).Int64()
+		n, err := forgetScript.Run(ctx, g.rdb, []string{g.key, g.windows}, g.group, k.Name).Int64()
 		if err != nil {
 			return removed, fmt.Errorf("forget consumer %s of %s %s: %w", k.Name, g.key, g.group, err)
 		}
