@@ -79,10 +79,7 @@ type firstStarts struct {
 // written (startSender), and the reply is read before the next record or
 // at the batch's end.
 func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
-	if r.c.MaxAttempts <= 1 || r.turn() > slowStart {
-		r.window = 1 // see adapt
-	}
-	n := min(len(msgs), r.window)
+	n := min(len(msgs), r.firstStep())
 	hi, err := brand.ParseStreamID(msgs[n-1].ID)
 	if err != nil {
 		return nil
@@ -101,6 +98,16 @@ func (r *run) recordFirst(ctx context.Context, msgs []message) *firstStarts {
 		r.answered.Store(true)
 	}
 	return f
+}
+
+// firstStep is the size of a batch's first step of first starts: the
+// run's window, set to one entry first when MaxAttempts allows a single
+// start or handlers take their turns slowly (see adapt).
+func (r *run) firstStep() int {
+	if r.c.MaxAttempts <= 1 || r.turn() > slowStart {
+		r.window = 1
+	}
+	return r.window
 }
 
 // takeFirst marks the jobs the batch's first step covers as started once

@@ -431,10 +431,8 @@ func (r *run) openWindow() (window string, n int) {
 	if r.c.MaxAttempts <= 1 || r.c.HandlerBegins || r.c.DedupeTTL != 0 || r.history != nil {
 		return "", 0
 	}
-	if r.turn() > slowStart {
-		r.window = 1 // see adapt
-	}
-	return windowValue(r.seen.String(), r.window), r.window
+	n = r.firstStep()
+	return windowValue(r.seen.String(), n), n
 }
 
 // prefetched is the outcome of a read issued while a batch was handled.
