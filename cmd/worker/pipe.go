@@ -267,7 +267,8 @@ func (p *pipeHandler) warnSilent(cp *coproc, id string) {
 	cp.silent.Do(func() {
 		p.log.Warn(fmt.Sprintf("the co-process has answered nothing on its stdout %s after its first delivery: if it buffers its output, "+
 			"flush each result line (Python: print(..., flush=True) or python3 -u; Node: write each line with process.stdout.write; "+
-			"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr (docs/pipe.md). Waiting up to --pipe-start-timeout %s "+
+			"C: fflush or setvbuf); stdout carries result lines only, logs go to stderr. Until its first answer it is sent one delivery: "+
+			"answer each line as it is done, not after a batch of several (docs/pipe.md). Waiting up to --pipe-start-timeout %s "+
 			"and then --handler-timeout %s", silenceWarn, p.startTimeout, p.timeout), "id", id)
 	})
 }
@@ -497,7 +498,8 @@ func (cp *coproc) watch(timeout, start time.Duration) {
 		hint := "hung?"
 		if !cp.answered() {
 			hint = fmt.Sprintf("it answered nothing in the %s since it started (--pipe-start-timeout %s, then --handler-timeout): "+
-				"hung, or buffering its stdout? (docs/pipe.md)", time.Since(cp.started).Round(time.Millisecond), start)
+				"hung, buffering its stdout, or waiting for more lines than the one it is sent before its first answer? (docs/pipe.md)",
+				time.Since(cp.started).Round(time.Millisecond), start)
 		}
 		cp.end(fmt.Errorf("no result for %s within --handler-timeout %s (%s)", id, timeout, hint))
 		return
