@@ -37,6 +37,10 @@ type Result struct {
 	// Pruned counts the archived segments the run's history retention
 	// dropped (Archive.HistoryKeepFor).
 	Pruned int `json:"pruned,omitempty"`
+	// RetriedForgotten counts, in an archive of dead letters, the records
+	// of dead letters retried with success forgotten because the history
+	// retention dropped them (stream.Log.ForgetRetried).
+	RetriedForgotten int `json:"retried_forgotten,omitempty"`
 	// Compacted is what the run's compaction did (nil: none was due).
 	Compacted  *graft.CompactResult `json:"compacted,omitempty"`
 	Elapsed    time.Duration        `json:"-"`
@@ -294,7 +298,38 @@ func (a *Archive) prune(ctx context.Context, res *Result) error {
 		return fmt.Errorf("archive %s: history retention: %w", a.log.Key(), err)
 	}
 	res.Pruned = n
-	return a.recordHead(ctx)
+	if err := a.recordHead(ctx); err != nil {
+		return err
+	}
+	return a.forgetRetried(ctx, res)
+}
+
+// forgetRetried removes, for an archive of dead letters, the record of
+// those retried with success that its history retention has dropped
+// (stream.Log.ForgetRetried): the record guards a dead letter the archive
+// still holds, and grows by one each retry. It runs each time the history
+// retention does, so a run that failed here is made good by the next.
+func (a *Archive) forgetRetried(ctx context.Context, res *Result) error {
+	if a.log.DeadGroup() == "" {
+		return nil
+	}
+	n, err := a.log.ForgetRetried(ctx, func(ctx context.Context) (brand.StreamID, error) {
+		for item, err := range a.Read(ctx, stream.First, stream.Last) {
+			if me := (*stream.MalformedError)(nil); errors.As(err, &me) {
+				return me.StreamID, nil // kept all the same
+			}
+			if err != nil {
+				return brand.StreamID{}, fmt.Errorf("the oldest dead letter kept: %w", err)
+			}
+			return item.StreamID, nil
+		}
+		return stream.Last, nil // none is kept: none can be asked for again
+	})
+	res.RetriedForgotten = n
+	if err != nil {
+		return fmt.Errorf("archive %s: history retention: %w", a.log.Key(), err)
+	}
+	return nil
 }
 
 // Compact merges small segments of the archive (see graft.Volume.Compact):

@@ -214,3 +214,52 @@ func (c *Consumer) retryOne(ctx context.Context, h Handler, dl DeadLetter, recov
 func (dl DeadLetter) matches(match string) bool {
 	return match == "" || (dl.EntryID != "" && match == dl.EntryID) || match == dl.EntryStreamID.String() || match == dl.ID.String()
 }
+
+// ForgetRetried removes from the record of dead letters retried with
+// success (Keyspace.DeadRetried) those whose record id is below the oldest
+// dead letter still readable, which oldestKept returns (archive and live
+// stream merged; Last when there is none): the record keeps a dead letter
+// that lives on in the archive from being handed to a handler twice, and
+// one the archive's history retention has dropped can be asked for no
+// more. oldestKept is called only when there is a record. l must be a
+// dead-letter log (Log.DeadLetters). It returns how many it removed.
+func (l *Log) ForgetRetried(ctx context.Context, oldestKept func(context.Context) (brand.StreamID, error)) (int, error) {
+	if l.deadGroup == "" {
+		return 0, fmt.Errorf("%s is not a dead-letter stream: it has no record of retried dead letters", l.key)
+	}
+	key := l.ks.DeadRetried(l.name, l.deadGroup)
+	removed := 0
+	var first *brand.StreamID
+	var cursor uint64
+	for {
+		// Field and value in turn (HSCAN's NOVALUES is Redis 7.4's).
+		kv, next, err := l.rdb.HScan(ctx, key, cursor, "", 1000).Result()
+		if err != nil {
+			return removed, fmt.Errorf("dead letters retried (%s): %w", key, err)
+		}
+		if len(kv) > 0 && first == nil {
+			sid, err := oldestKept(ctx)
+			if err != nil {
+				return removed, err
+			}
+			first = &sid
+		}
+		var gone []string
+		for i := 0; i+1 < len(kv); i += 2 {
+			// A field silt did not write is left as it is.
+			if id, err := brand.Parse(kv[i]); err == nil && id.StreamID.Compare(*first) < 0 {
+				gone = append(gone, kv[i])
+			}
+		}
+		if len(gone) > 0 {
+			n, err := l.rdb.HDel(ctx, key, gone...).Result()
+			if err != nil {
+				return removed, fmt.Errorf("forget %d dead letters retried (%s): %w", len(gone), key, err)
+			}
+			removed += int(n)
+		}
+		if cursor = next; cursor == 0 {
+			return removed, nil
+		}
+	}
+}

@@ -30,7 +30,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
-//	<prefix>:{<queue>}:dead-retried:<stream>:<group> dead letters retried from the archive (hash: record id -> time)
+//	<prefix>:{<queue>}:dead-retried:<stream>:<group> dead letters retried (hash: record id -> time; the archive's history retention forgets those it drops)
 //	<prefix>:{<queue>}:policies, policy-runs, trimmed-unarchived   retention (PolicyStore)
 //	<prefix>:{<queue>}:adopted                       streams adopted under their own key (hash: name -> key)
 //

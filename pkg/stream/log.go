@@ -75,6 +75,7 @@ type Client interface {
 	HLen(ctx context.Context, key string) *redis.IntCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
+	HScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
 	LIndex(ctx context.Context, key string, index int64) *redis.StringCmd
 	LRange(ctx context.Context, key string, start, stop int64) *redis.StringSliceCmd
 	LSet(ctx context.Context, key string, index int64, value any) *redis.StatusCmd

@@ -17,7 +17,7 @@ import (
 const SiltACL = "on resetkeys ~emq:* resetchannels -@all " +
 	"+@stream +multi +exec +discard +watch +unwatch " +
 	"+eval +evalsha +script|load +script|exists " +
-	"+get +set +del +exists +type +pexpire +rpush +lrange +llen +lindex +lset +lrem +hget +hset +hsetnx +hincrby +hdel +hmget +hgetall +hlen " +
+	"+get +set +del +exists +type +pexpire +rpush +lrange +llen +lindex +lset +lrem +hget +hset +hsetnx +hincrby +hdel +hmget +hgetall +hlen +hscan " +
 	"+ping +hello +auth +select +info +scan " +
 	"+cluster|slots +cluster|shards +cluster|nodes +readonly +command"
 
