@@ -72,4 +72,19 @@ func TestDeadLetters_ArchivedReadAndRetriedFromTheArchive(t *testing.T) {
 	if out := silt(t, "", env, "worker", "dead", "retry", "--id", ids[4], "--exec", "true"); !strings.Contains(out, `"succeeded":1`) {
 		t.Fatalf("retry of the live dead letter: %s", out)
 	}
+
+	// The archive's history retention drops every dead letter archived;
+	// the record of the two retried goes with them, and the dead letter is
+	// no longer found at all.
+	retried := "emq:{cm}:dead-retried:events:g"
+	if n := srv.Client(t).HLen(t.Context(), retried).Val(); n != 2 {
+		t.Fatalf("%d retried dead letters on record, want 2", n)
+	}
+	out = silt(t, "", env, "archiver", "run", "--stream", "events", "--dead-letters", "g", "--keep-last", "1", "--exact", "--archive-keep-for", "1ms")
+	if !strings.Contains(out, `"retried_forgotten":2`) || srv.Client(t).Exists(t.Context(), retried).Val() != 0 {
+		t.Fatalf("archiver run --dead-letters g --archive-keep-for 1ms: %s; want the 2 retried dead letters forgotten", out)
+	}
+	if code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--id", ids[1], "--exec", "true"); code != 1 || !strings.Contains(errOut, "no such dead letter") {
+		t.Fatalf("a retry of a dead letter the history retention dropped: exit %d, %s", code, errOut)
+	}
 }
