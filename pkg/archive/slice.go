@@ -315,10 +315,7 @@ func (a *Archive) forgetRetried(ctx context.Context, res *Result) error {
 	}
 	n, err := a.log.ForgetRetried(ctx, func(ctx context.Context) (brand.StreamID, error) {
 		for item, err := range a.Read(ctx, stream.First, stream.Last) {
-			if me := (*stream.MalformedError)(nil); errors.As(err, &me) {
-				return me.StreamID, nil // kept all the same
-			}
-			if err != nil {
+			if err != nil && !errors.Is(err, stream.ErrMalformed) { // a malformed one is kept all the same
 				return brand.StreamID{}, fmt.Errorf("the oldest dead letter kept: %w", err)
 			}
 			return item.StreamID, nil
