@@ -15,7 +15,8 @@ import (
 // of dead letters retried with success (a hash field each, which refuses a
 // second retry of one the archive still holds) loses a field once the
 // archive of the dead letters has dropped its record, and keeps the
-// fields of those still kept, the oldest kept included.
+// fields of those still kept, the oldest kept included, and a field that
+// is not a branded id.
 func TestRun_HistoryRetentionForgetsTheRetriedDeadLettersItDrops(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -86,6 +87,11 @@ func TestRun_HistoryRetentionForgetsTheRetriedDeadLettersItDrops(t *testing.T) {
 	if got := fields(); len(got) != 6 {
 		t.Fatalf("retried dead letters on record: %v, want 6", got)
 	}
+	// A field silt did not write (no branded id) is not its to forget.
+	const foreign = "not-a-branded-id"
+	if err := e.rdb.HSet(ctx, retried, foreign, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 
 	a.HistoryKeepFor = time.Second
 	res, err := a.Run(ctx, archive.Policy{KeepLast: 1}, nil)
@@ -96,9 +102,9 @@ func TestRun_HistoryRetentionForgetsTheRetriedDeadLettersItDrops(t *testing.T) {
 		t.Fatalf("run with history retention: pruned %d segments, forgot %d retried dead letters; want some, and 4",
 			res.Pruned, res.RetriedForgotten)
 	}
-	want := []string{recent[0].ID.String(), recent[1].ID.String()}
+	want := []string{recent[0].ID.String(), recent[1].ID.String(), foreign}
 	if got := fields(); !slices.Equal(got, want) {
-		t.Fatalf("retried dead letters on record after the retention: %v, want %v (those the archive keeps)", got, want)
+		t.Fatalf("retried dead letters on record after the retention: %v, want %v (those the archive keeps, and the field silt did not write)", got, want)
 	}
 	if err := c.RetryDeadLetter(ctx, ok, recent[0]); !errors.Is(err, stream.ErrRetriedBefore) {
 		t.Fatalf("a second retry of %s, still archived: %v, want ErrRetriedBefore", recent[0].ID, err)
