@@ -6,6 +6,7 @@
 #   SILT_BENCH_RSS=1 scripts/bench.sh    also P6 (peak RSS at 10M / 100k entries; minutes)
 #   scripts/bench.sh --baseline REF [ROUNDS]   each ratio beside REF's, in the same minutes
 #   scripts/bench.sh --table LOG [ROUNDS]      the table again from a run's saved stderr
+#   scripts/bench.sh --runs RUNS [ROUNDS]      RUNS whole runs, each row's median run by run (scripts/bench-runs.sh)
 #
 # Starts its own MinIO (the benchmarks start their own redis-servers).
 set -euo pipefail
@@ -13,6 +14,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --baseline ]; then # each ratio beside a baseline commit's (scripts/bench-baseline.sh)
 	shift
 	exec scripts/bench-baseline.sh "$@"
+fi
+if [ "${1:-}" = --runs ]; then # whole runs one after the other, each row run by run
+	shift
+	exec scripts/bench-runs.sh "$@"
 fi
 if [ "${1:-}" = --table ]; then # the table again from a saved run's output (this script's stderr)
 	out=$2
