@@ -13,6 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:?usage: scripts/bench-runs.sh RUNS [ROUNDS]}
 rounds=${2:-9}
+for n in "$runs" "$rounds"; do
+	case $n in
+	'' | *[!0-9]* | 0) echo "bench-runs: RUNS and ROUNDS are whole numbers above 0, not '$n' (usage: scripts/bench-runs.sh RUNS [ROUNDS])" >&2; exit 2 ;;
+	esac
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
