@@ -26,7 +26,7 @@ for i in $(seq 1 "$runs"); do
 	scripts/bench.sh "$rounds" >"$tmp/run$i"
 done
 
-machine="$(date -u +%Y-%m-%d), $(nproc) cores, $(go version | cut -d' ' -f3), redis-server $(redis-server --version | grep -oE 'v=[0-9.]+' | cut -c3-)"
+machine=$(sed -n 's/^machine: //p' "$tmp/run$runs") # as the last run printed it
 # The rows of each run's table (bench.sh prints it after "machine:"), joined
 # on their id in the first run's order.
 table=$(awk -v runs="$runs" '
