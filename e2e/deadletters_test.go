@@ -3,9 +3,11 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silt-dev/silt/internal/testing/testserver"
 )
@@ -86,5 +88,58 @@ func TestDeadLetters_ArchivedReadAndRetriedFromTheArchive(t *testing.T) {
 	}
 	if code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--id", ids[1], "--exec", "true"); code != 1 || !strings.Contains(errOut, "no such dead letter") {
 		t.Fatalf("a retry of a dead letter the history retention dropped: exit %d, %s", code, errOut)
+	}
+}
+
+// TestDeadLetters_TwoRetriesAtOnceHandleARecordOnce: an operator's `worker
+// dead retry --id` while a scheduled `--all` handles the same record is
+// refused, naming the holder; a second `--all` leaves that record to the
+// first and retries the rest. Each record reaches a handler once.
+func TestDeadLetters_TwoRetriesAtOnceHandleARecordOnce(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_GROUP=g"}
+	ids := strings.Fields(silt(t, `{"n":"1"}`+"\n"+`{"n":"2"}`+"\n", env, "worker", "append"))
+	if out := silt(t, "", env, "worker", "run", "--block", "100ms", "--exec", "exit 65"); !strings.Contains(out, `"dead_lettered":2`) {
+		t.Fatalf("worker run: %s", out)
+	}
+	calls, started := filepath.Join(dir, "calls"), filepath.Join(dir, "started")
+	// The first retry's handler takes its time over the first record.
+	slow := `id=$(sed 's/.*"id":"\([^"]*\)".*/\1/'); echo "$id" >> ` + calls + `; [ "$id" = ` + ids[0] + ` ] && touch ` + started + ` && sleep 2; exit 0`
+	first := exec.Command(filepath.Join(binDir, "worker"), "dead", "retry", "--consumer", "scheduled", "--id", ids[0], "--exec", slow)
+	first.Env = append(os.Environ(), env...)
+	var firstOut, firstErr strings.Builder
+	first.Stdout, first.Stderr = &firstOut, &firstErr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Process.Kill() }) // after a failure below; a no-op once it exited
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+		if time.Now().After(deadline) {
+			first.Process.Kill()
+			t.Fatalf("the first retry's handler did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	record := `sed 's/.*"id":"\([^"]*\)".*/\1/' >> ` + calls
+	code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--consumer", "operator", "--id", ids[0], "--exec", record)
+	if code != 1 || !strings.Contains(errOut, "being retried") || !strings.Contains(errOut, `"scheduled"`) {
+		t.Fatalf("a retry of the record another retry handles: exit %d, %s; want a refusal naming the holder", code, errOut)
+	}
+	if out := silt(t, "", env, "worker", "dead", "retry", "--consumer", "operator", "--all", "--exec", record); !strings.Contains(out, `"succeeded":1`) || !strings.Contains(out, `"elsewhere":1`) {
+		t.Fatalf("retry --all beside it: %s; want the other record retried and this one left to the first", out)
+	}
+	err := first.Wait()
+	transcript.add(firstOut.String(), firstErr.String())
+	if err != nil || !strings.Contains(firstOut.String(), `"succeeded":1`) {
+		t.Fatalf("the first retry: %v, %s %s", err, firstOut.String(), firstErr.String())
+	}
+	b, _ := os.ReadFile(calls)
+	if got := strings.Fields(string(b)); len(got) != 2 || got[0] != ids[0] || got[1] != ids[1] {
+		t.Fatalf("handler calls %v, want each of %v once", got, ids)
+	}
+	if n := srv.Client(t).XLen(t.Context(), "emq:{cm}:dead:events:g").Val(); n != 0 {
+		t.Fatalf("%d dead letters left", n)
 	}
 }

@@ -180,6 +180,10 @@ func retryArchivedDead(c *cli.Context, s *setup, h stream.Handler, match string)
 				res.Refused++
 				return res, err
 			}
+			if errors.Is(err, stream.ErrRetryHeld) {
+				res.Elsewhere++
+				return res, err
+			}
 			res.Failed++
 			s.log.Warn("retry failed", "entry", dl.EntryID, "error", err.Error())
 			return res, nil

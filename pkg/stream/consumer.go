@@ -31,7 +31,7 @@ type Consumer struct {
 	ForgetAfter   time.Duration // remove consumers with nothing pending idle this long; 24h; negative: never
 	WriteTimeout  time.Duration // bound on acks and dead letters written after cancellation; 10s
 	Payloads      PayloadSource // recovers entries trimmed while pending; nil: dead-letter them. A History also catches up lagging groups
-	LeaseTTL      time.Duration // how long a catch-up lease lasts without renewal; 30s
+	LeaseTTL      time.Duration // how long a catch-up lease, or a dead letter retry's claim, lasts without renewal; 30s
 	Logger        *slog.Logger  // where the run reports what it skips or removes; discard by default
 	// Progress, when set, is called on the run's goroutine after each batch
 	// is settled, with the run's counts so far and the batch's size (metrics

@@ -88,6 +88,10 @@ type RetryResult struct {
 	Succeeded int64 `json:"succeeded"` // handled and removed from the dead-letter stream
 	Failed    int64 `json:"failed"`    // the handler failed again: the record stays
 	Refused   int64 `json:"refused"`   // records without a payload: not handed to the handler, kept
+	// Elsewhere counts records another retry held at the same time, or
+	// had retried with success since they were listed: not handed to the
+	// handler here.
+	Elsewhere int64 `json:"elsewhere"`
 }
 
 // ErrNoPayload is wrapped by RetryDead's error when the dead letter asked
@@ -119,8 +123,16 @@ func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (Retr
 			}
 			continue
 		}
-		res.Retried++
 		herr, err := c.retryOne(ctx, h, dl, false)
+		if errors.Is(err, ErrRetryHeld) || errors.Is(err, ErrRetriedBefore) {
+			res.Elsewhere++
+			if match != "" {
+				return res, err
+			}
+			c.Logger.Info("dead letter left to another retry", "dead_letter", dl.ID.String(), "entry", dl.EntryID, "why", err.Error())
+			continue
+		}
+		res.Retried++
 		if err != nil {
 			return res, err
 		}
@@ -175,12 +187,6 @@ var ErrRetriedBefore = errors.New("dead letter retried before")
 // letter that lives on in the archive is not handed to a handler twice:
 // asked for again, it is refused with ErrRetriedBefore, naming when.
 func (c *Consumer) RetryDeadLetter(ctx context.Context, h Handler, dl DeadLetter) error {
-	key := c.log.ks.DeadRetried(c.log.name, c.group)
-	if at, err := c.log.rdb.HGet(ctx, key, dl.ID.String()).Result(); err == nil {
-		return fmt.Errorf("dead letter %s of %s: %w at %s", dl.ID, dl.EntryStreamID, ErrRetriedBefore, at)
-	} else if !isNil(err) {
-		return fmt.Errorf("dead letters retried (%s): %w", key, err)
-	}
 	if dl.NoPayload {
 		return fmt.Errorf("dead letter of %s (%s): %w; nothing to hand a handler", dl.EntryStreamID, dl.Reason, ErrNoPayload)
 	}
@@ -192,22 +198,29 @@ func (c *Consumer) RetryDeadLetter(ctx context.Context, h Handler, dl DeadLetter
 }
 
 // retryOne hands dl to h (recovered: its payload came from the archive)
-// and, on success, records it as retried and removes it from the
-// dead-letter stream. herr is the handler's error; err is Redis's.
+// under a claim on it (retryclaim.go) and, on success, records it as
+// retried and removes it from the dead-letter stream. herr is the
+// handler's error; err is Redis's, or wraps ErrRetriedBefore or
+// ErrRetryHeld when the handler was not run: dl was retried with success
+// already (a record still in the stream, which is removed now: the retry
+// before stopped short of it), or another retry holds it.
 func (c *Consumer) retryOne(ctx context.Context, h Handler, dl DeadLetter, recovered bool) (herr, err error) {
+	claim, err := c.claimRetry(ctx, dl)
+	if errors.Is(err, ErrRetriedBefore) && !recovered {
+		if derr := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); derr != nil {
+			return nil, fmt.Errorf("remove dead letter %s, retried before, from %s: %w", dl.ID, c.dead.key, derr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
 	d := Delivery{StreamID: dl.EntryStreamID, Fields: dl.Payload, Attempts: dl.Attempts + 1, Group: c.group, Consumer: c.name, Recovered: recovered}
 	d.ID, _ = brand.Parse(dl.EntryID)
 	if herr := call(ctx, h, d); herr != nil {
+		claim.release(context.WithoutCancel(ctx))
 		return herr, nil
 	}
-	key := c.log.ks.DeadRetried(c.log.name, c.group)
-	if err := c.log.rdb.HSet(ctx, key, dl.ID.String(), time.Now().UTC().Format(time.RFC3339Nano)).Err(); err != nil {
-		return nil, fmt.Errorf("record the retry of dead letter %s in %s: %w", dl.ID, key, err)
-	}
-	if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
-		return nil, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
-	}
-	return nil, nil
+	return nil, claim.retried(context.WithoutCancel(ctx))
 }
 
 // matches reports whether match (empty: everything) names this record.

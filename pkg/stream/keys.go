@@ -31,6 +31,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
 //	<prefix>:{<queue>}:dead-retried:<stream>:<group> dead letters retried (hash: record id -> time; the archive's history retention forgets those it drops)
+//	<prefix>:{<queue>}:dead-retrying:<stream>:<group>:<id> the retry handling a dead letter now (string, with a TTL)
 //	<prefix>:{<queue>}:policies, policy-runs, trimmed-unarchived   retention (PolicyStore)
 //	<prefix>:{<queue>}:adopted                       streams adopted under their own key (hash: name -> key)
 //
@@ -182,6 +183,13 @@ func (k Keyspace) DeadRetried(stream, group string) string {
 	return k.base() + "dead-retried:" + stream + ":" + group
 }
 
+// DeadRetrying returns the key of the claim on one dead letter (its record
+// id) held by the retry that hands it to a handler now: a second retry of
+// the same record leaves it alone while the claim lives.
+func (k Keyspace) DeadRetrying(stream, group, id string) string {
+	return k.base() + "dead-retrying:" + stream + ":" + group + ":" + id
+}
+
 // Attempts returns the key of a group's handler-start counts: a hash from
 // stream id to how many times a handler was started for that entry, kept
 // until the entry is acked or dead-lettered.
@@ -273,16 +281,18 @@ func (k Keyspace) StartWindows(stream, group string) string {
 type Key struct {
 	Keyspace
 	// Type is the key's role: "stream", "dead", "done", "catchup", "lease",
-	// "attempts", "windows", "replay", "archive", "dead-retried", "kinds",
-	// "policies", "policy-runs", "trimmed-unarchived" or "adopted" (whose
-	// Queue is the hash tag of an adopted key, any bytes a tag may hold).
+	// "attempts", "windows", "replay", "archive", "dead-retried",
+	// "dead-retrying", "kinds", "policies", "policy-runs",
+	// "trimmed-unarchived" or "adopted" (whose Queue is the hash tag of an
+	// adopted key, any bytes a tag may hold).
 	Type string
 	// Stream is the stream the key belongs to ("" for the queue-wide keys).
 	Stream string
 	// Group is the consumer group (dead, done, catchup, lease, attempts,
 	// windows; archive of a dead-letter stream) or the replay's name.
 	Group string
-	// ID is the branded id of a done marker.
+	// ID is the branded id of a done marker, or the record id of a
+	// dead-retrying claim.
 	ID string
 }
 
@@ -313,7 +323,7 @@ func ParseKey(key string) (k Key, ok bool) {
 		want = 2
 	case "dead", "catchup", "lease", "attempts", "windows", "replay", "dead-retried":
 		want = 3
-	case "done":
+	case "done", "dead-retrying":
 		want = 4
 	case "archive":
 		want = 2

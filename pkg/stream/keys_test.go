@@ -49,6 +49,7 @@ func TestParseKey(t *testing.T) {
 		{ks.Stream("events"), stream.Key{Keyspace: ks, Type: "stream", Stream: "events"}},
 		{ks.DeadLetter("events", "billing"), stream.Key{Keyspace: ks, Type: "dead", Stream: "events", Group: "billing"}},
 		{ks.Done("events", "g", "EVT_01"), stream.Key{Keyspace: ks, Type: "done", Stream: "events", Group: "g", ID: "EVT_01"}},
+		{ks.DeadRetrying("events", "g", "EVT_02"), stream.Key{Keyspace: ks, Type: "dead-retrying", Stream: "events", Group: "g", ID: "EVT_02"}},
 		{ks.CatchUp("events", "g"), stream.Key{Keyspace: ks, Type: "catchup", Stream: "events", Group: "g"}},
 		{ks.Lease("events", "g"), stream.Key{Keyspace: ks, Type: "lease", Stream: "events", Group: "g"}},
 		{ks.Attempts("events", "g"), stream.Key{Keyspace: ks, Type: "attempts", Stream: "events", Group: "g"}},
