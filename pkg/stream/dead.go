@@ -151,7 +151,9 @@ func (c *Consumer) RetryDead(ctx context.Context, h Handler, match string) (Retr
 
 // DropDead removes the dead letter whose entry id, entry stream id or
 // record id is match, unhandled: the deliberate end of an entry that cannot
-// be retried. It returns the record it removed.
+// be retried. It returns the record it removed. A record a retry hands to
+// a handler now is not removed (an error wrapping ErrRetryHeld): the
+// handler may yet succeed with it.
 func (c *Consumer) DropDead(ctx context.Context, match string) (DeadLetter, error) {
 	for dl, err := range c.DeadLetters(ctx) {
 		if err != nil {
@@ -160,8 +162,14 @@ func (c *Consumer) DropDead(ctx context.Context, match string) (DeadLetter, erro
 		if match == "" || !dl.matches(match) {
 			continue
 		}
-		if err := c.log.rdb.XDel(ctx, c.dead.key, dl.ID.StreamID.String()).Err(); err != nil {
+		claim := c.log.ks.DeadRetrying(c.log.name, c.group, dl.ID.String())
+		holder, err := dropUnclaimedScript.Run(ctx, c.log.rdb, []string{claim, c.dead.key}, dl.ID.StreamID.String()).Text()
+		if err != nil {
 			return DeadLetter{}, fmt.Errorf("remove dead letter %s from %s: %w", dl.ID, c.dead.key, err)
+		}
+		if holder != "" {
+			return DeadLetter{}, fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it); not removed",
+				dl.ID, dl.EntryStreamID, ErrRetryHeld, claimant(holder))
 		}
 		return dl, nil
 	}

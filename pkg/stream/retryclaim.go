@@ -54,6 +54,25 @@ if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 return 1
 `)
 
+// dropUnclaimedScript removes dead letter ARGV[1] unless a retry claims
+// it, and returns the claim's holder ("" when it removed the record).
+//
+// KEYS: claim, dead-letter stream. ARGV: the record's stream id.
+var dropUnclaimedScript = redis.NewScript(`
+local holder = redis.call('GET', KEYS[1])
+if holder then return holder end
+redis.call('XDEL', KEYS[2], ARGV[1])
+return ''
+`)
+
+// claimant is the consumer's name in a claim's value (name, then nonce).
+func claimant(value string) string {
+	if i := strings.LastIndexByte(value, ' '); i >= 0 {
+		return value[:i]
+	}
+	return value
+}
+
 // retryClaim is a retry's hold on one dead letter.
 type retryClaim struct {
 	c    *Consumer
@@ -99,12 +118,8 @@ func (rc *retryClaim) take(ctx context.Context) error {
 	case len(res) == 2 && res[0] == "retried":
 		return fmt.Errorf("dead letter %s of %s: %w at %s", rc.dl.ID, rc.dl.EntryStreamID, ErrRetriedBefore, res[1])
 	case len(res) == 2 && res[0] == "held":
-		holder := res[1] // the consumer's name, then the nonce
-		if i := strings.LastIndexByte(holder, ' '); i >= 0 {
-			holder = holder[:i]
-		}
 		return fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it; a claim its holder stops renewing lapses after %s)",
-			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, holder, rc.c.LeaseTTL)
+			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, claimant(res[1]), rc.c.LeaseTTL)
 	case len(res) == 1 && res[0] == "claimed":
 		return nil
 	}

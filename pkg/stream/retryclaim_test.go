@@ -56,8 +56,8 @@ func (h *handled) count(id string) int {
 
 // Two retries of the same dead letters at once (a scheduled `worker dead
 // retry --all` and an operator's) hand each record to one handler: a
-// record the other holds is left to it, and one it finished is not run
-// again.
+// record the other holds is left to it (and not dropped under it), and
+// one it finished is not run again.
 func TestRetryDead_TwoRetriesAtOnceRunEachRecordOnce(t *testing.T) {
 	f, dls := deadFixture(t, 3)
 	ctx := context.Background()
@@ -86,6 +86,10 @@ func TestRetryDead_TwoRetriesAtOnceRunEachRecordOnce(t *testing.T) {
 	_, err := b.RetryDead(ctx, func(_ context.Context, d stream.Delivery) error { calls.add(d); return nil }, first)
 	if !errors.Is(err, stream.ErrRetryHeld) || !strings.Contains(err.Error(), `"wa"`) {
 		t.Fatalf("retry of a record another retry holds: %v, want ErrRetryHeld naming wa", err)
+	}
+	// Nor is it dropped under the handler.
+	if _, err := b.DropDead(ctx, first); !errors.Is(err, stream.ErrRetryHeld) {
+		t.Fatalf("drop of a record a retry holds: %v, want ErrRetryHeld", err)
 	}
 	resB, err := b.RetryDead(ctx, func(_ context.Context, d stream.Delivery) error { calls.add(d); return nil }, "")
 	if err != nil || resB.Elsewhere != 1 || resB.Succeeded != 2 {
