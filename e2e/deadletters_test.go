@@ -106,22 +106,7 @@ func TestDeadLetters_TwoRetriesAtOnceHandleARecordOnce(t *testing.T) {
 	calls, started := filepath.Join(dir, "calls"), filepath.Join(dir, "started")
 	// The first retry's handler takes its time over the first record.
 	slow := `id=$(sed 's/.*"id":"\([^"]*\)".*/\1/'); echo "$id" >> ` + calls + `; [ "$id" = ` + ids[0] + ` ] && touch ` + started + ` && sleep 2; exit 0`
-	first := exec.Command(filepath.Join(binDir, "worker"), "dead", "retry", "--consumer", "scheduled", "--id", ids[0], "--exec", slow)
-	first.Env = append(os.Environ(), env...)
-	var firstOut, firstErr strings.Builder
-	first.Stdout, first.Stderr = &firstOut, &firstErr
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { first.Process.Kill() }) // after a failure below; a no-op once it exited
-	deadline := time.Now().Add(30 * time.Second)
-	for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
-		if time.Now().After(deadline) {
-			first.Process.Kill()
-			t.Fatalf("the first retry's handler did not start: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	first := startHandling(t, env, started, "dead", "retry", "--consumer", "scheduled", "--id", ids[0], "--exec", slow)
 	record := `sed 's/.*"id":"\([^"]*\)".*/\1/' >> ` + calls
 	code, _, errOut := exitCode(t, env, "", "worker", "dead", "retry", "--consumer", "operator", "--id", ids[0], "--exec", record)
 	if code != 1 || !strings.Contains(errOut, "being retried") || !strings.Contains(errOut, `"scheduled"`) {
@@ -130,10 +115,8 @@ func TestDeadLetters_TwoRetriesAtOnceHandleARecordOnce(t *testing.T) {
 	if out := silt(t, "", env, "worker", "dead", "retry", "--consumer", "operator", "--all", "--exec", record); !strings.Contains(out, `"succeeded":1`) || !strings.Contains(out, `"elsewhere":1`) {
 		t.Fatalf("retry --all beside it: %s; want the other record retried and this one left to the first", out)
 	}
-	err := first.Wait()
-	transcript.add(firstOut.String(), firstErr.String())
-	if err != nil || !strings.Contains(firstOut.String(), `"succeeded":1`) {
-		t.Fatalf("the first retry: %v, %s %s", err, firstOut.String(), firstErr.String())
+	if out, errOut, err := first.wait(); err != nil || !strings.Contains(out, `"succeeded":1`) {
+		t.Fatalf("the first retry: %v, %s %s", err, out, errOut)
 	}
 	b, _ := os.ReadFile(calls)
 	if got := strings.Fields(string(b)); len(got) != 2 || got[0] != ids[0] || got[1] != ids[1] {
@@ -142,4 +125,39 @@ func TestDeadLetters_TwoRetriesAtOnceHandleARecordOnce(t *testing.T) {
 	if n := srv.Client(t).XLen(t.Context(), "emq:{cm}:dead:events:g").Val(); n != 0 {
 		t.Fatalf("%d dead letters left", n)
 	}
+}
+
+// handling is a worker command run in the background, inside its handler.
+type handling struct {
+	cmd         *exec.Cmd
+	out, errOut strings.Builder
+}
+
+// startHandling starts `worker args...` and returns once the file started
+// exists (its handler made it). The process is killed at the test's end
+// if it still runs.
+func startHandling(t *testing.T, env []string, started string, args ...string) *handling {
+	t.Helper()
+	h := &handling{cmd: exec.Command(filepath.Join(binDir, "worker"), args...)}
+	h.cmd.Env = append(os.Environ(), env...)
+	h.cmd.Stdout, h.cmd.Stderr = &h.out, &h.errOut
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.cmd.Process.Kill() }) // a no-op once it exited
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %v: its handler did not start: %v\n%s", args, err, h.errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return h
+}
+
+// wait waits for the command to exit and returns its output.
+func (h *handling) wait() (out, errOut string, err error) {
+	err = h.cmd.Wait()
+	transcript.add(h.out.String(), h.errOut.String())
+	return h.out.String(), h.errOut.String(), err
 }

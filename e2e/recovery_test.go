@@ -132,3 +132,41 @@ func TestWorker_KilledAfterReclaimingTrimmedEntries(t *testing.T) {
 	c := atLeastOnce(t, srv, newHistory(ids), rec)
 	report(t, scenario{Name: "worker killed after reclaiming trimmed entries", Runs: 3, Faults: 1, counts: c})
 }
+
+// TestWorker_ReplayOfANameRunsOnceAtATime: a second `worker replay --name`
+// of a name a running replay holds is refused, naming where it runs, and
+// hands nothing to its handler; `--restart` is refused the same way rather
+// than forget the running replay's checkpoint under it.
+func TestWorker_ReplayOfANameRunsOnceAtATime(t *testing.T) {
+	srv := testserver.Redis(t)
+	dir := t.TempDir()
+	env := []string{"SILT_REDIS_URL=" + srv.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events"}
+	ids := feed(t, env, 3)
+	rec, started := filepath.Join(dir, "handled"), filepath.Join(dir, "started")
+	slow := `cat >> "` + rec + `"; echo >> "` + rec + `"; if [ ! -e "` + started + `" ]; then touch "` + started + `"; sleep 2; fi`
+	first := startHandling(t, env, started, "replay", "--name", "fix", "--exec", slow)
+	host, _ := os.Hostname()
+	second := filepath.Join(dir, "second")
+	for _, args := range [][]string{{"replay", "--name", "fix", "--exec", "cat >> " + second}, {"replay", "--name", "fix", "--restart", "--exec", "cat >> " + second}} {
+		code, _, errOut := exitCode(t, env, "", "worker", args...)
+		if code != 1 || !strings.Contains(errOut, "a replay of this name is running on "+host) {
+			t.Fatalf("worker %v beside a running replay: exit %d, %s; want it refused, naming the host", args, code, errOut)
+		}
+		if b, _ := os.ReadFile(second); len(b) != 0 {
+			t.Fatalf("worker %v beside a running replay handed it entries: %s", args, b)
+		}
+	}
+	if out, errOut, err := first.wait(); err != nil || !strings.Contains(out, `"replayed":3`) {
+		t.Fatalf("the first replay: %v, %s %s", err, out, errOut)
+	}
+	b, _ := os.ReadFile(rec)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d deliveries, want the 3 once each:\n%s", len(lines), b)
+	}
+	for i, line := range lines {
+		if !strings.Contains(line, ids[i]) {
+			t.Fatalf("delivery %d = %s, want %s", i, line, ids[i])
+		}
+	}
+}

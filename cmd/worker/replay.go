@@ -78,8 +78,17 @@ func replayAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	hold, err := l.HoldReplay(c.Context, name, stream.DefaultLeaseTTL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := hold.Release(context.WithoutCancel(c.Context)); err != nil {
+			logger.Warn("replay hold not released", "replay", name, "error", err.Error())
+		}
+	}()
 	if c.Bool("restart") {
-		if err := l.ForgetReplay(c.Context, name); err != nil {
+		if err := hold.Forget(c.Context); err != nil {
 			return err
 		}
 	}
@@ -92,7 +101,7 @@ func replayAction(c *cli.Context) error {
 	m := newWorkerMetrics(tel, t.Keyspace.Queue, t.Stream, group)
 	tagged := m.wrap(func(ctx context.Context, d stream.Delivery) error { d.Group = group; return h(ctx, d) })
 	started := time.Now()
-	res, runErr := archive.Replay(c.Context, l, read, name, from, to, tagged)
+	res, runErr := archive.ReplayHeld(c.Context, hold, read, from, to, tagged)
 	m.endReplay(res, runErr, time.Since(started))
 	line, _ := json.Marshal(res)
 	out := summaryWriter(c)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -825,14 +826,15 @@ func TestStatus_RemoteMovesDuringEveryRead(t *testing.T) {
 	}
 }
 
-// slowSets delays every SET by d: a checkpoint still being written when
-// the replay's next step comes.
+// slowSets delays every SET and script by d (a replay's checkpoint is set
+// by a script, under its hold): a checkpoint still being written when the
+// replay's next step comes.
 type slowSets struct{ d time.Duration }
 
 func (slowSets) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s slowSets) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "set" {
+		if n := cmd.Name(); n == "set" || n == "evalsha" || n == "eval" {
 			time.Sleep(s.d)
 		}
 		return next(ctx, cmd)
@@ -974,5 +976,55 @@ func TestRun_APeersCommitAfterTheRunLookedIsALostRace(t *testing.T) {
 	}
 	if n := xlen(t, e); n != 10 {
 		t.Fatalf("%d live, want the newest 10 (the peer's run: %v)", n, perr)
+	}
+}
+
+// Two replays of one name at once (a scheduled one and an operator's
+// rerun): the second is refused before it hands anything to a handler,
+// naming the process that runs it, and each entry is replayed once. The
+// name is free again once the first ends.
+func TestReplay_OneProcessAtATimeForAName(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ids := e.appendN(t, 5)
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	handled := map[brand.ID]int{}
+	h := func(_ context.Context, d stream.Delivery) error {
+		mu.Lock()
+		handled[d.ID]++
+		mu.Unlock()
+		if d.ID == ids[0] {
+			close(inFirst)
+			<-release
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "fix", stream.First, stream.Last, h)
+		done <- err
+	}()
+	<-inFirst
+	host, _ := os.Hostname()
+	res, err := archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "fix", stream.First, stream.Last, h)
+	if !errors.Is(err, stream.ErrReplayRunning) || !strings.Contains(err.Error(), host) || res.Replayed != 0 {
+		t.Fatalf("a second replay of the name: %+v, %v; want ErrReplayRunning naming %s", res, err, host)
+	}
+	// Another name is another replay.
+	if res, err := archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "other", ids[1].StreamID, ids[1].StreamID, func(context.Context, stream.Delivery) error { return nil }); err != nil || res.Replayed != 1 {
+		t.Fatalf("a replay of another name: %+v, %v", res, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if handled[id] != 1 {
+			t.Fatalf("handled %v, want each entry once", handled)
+		}
+	}
+	if res, err := archive.Replay(ctx, e.log, archive.LiveOnly(e.log), "fix", stream.First, stream.Last, h); err != nil || !res.Done || res.Replayed != 0 {
+		t.Fatalf("a replay of the name after the first ended: %+v, %v; want it free, with nothing left", res, err)
 	}
 }

@@ -41,6 +41,9 @@ type ReplayResult struct {
 // name after each success so that a rerun (after a crash or a handler
 // failure) resumes just after it. A handler error stops the replay with the
 // checkpoint at the entry before. Malformed entries are skipped and counted.
+// One process runs a name at a time: while another holds it
+// (Log.HoldReplay), Replay fails at once with an error wrapping
+// stream.ErrReplayRunning, and hands no entry to h.
 //
 // Each checkpoint is written while the next entry is handled, and waited
 // for before the one after it goes out (a round trip to Redis an entry
@@ -48,6 +51,23 @@ type ReplayResult struct {
 // meanwhile may hand its last entry to the handler again, as any
 // at-least-once delivery may.
 func Replay(ctx context.Context, l *stream.Log, read Source, name string, from, to brand.StreamID, h stream.Handler) (res ReplayResult, err error) {
+	hold, err := l.HoldReplay(ctx, name, stream.DefaultLeaseTTL)
+	if err != nil {
+		return ReplayResult{Name: name}, err
+	}
+	defer func() {
+		if rerr := hold.Release(context.WithoutCancel(ctx)); err == nil {
+			err = rerr
+		}
+	}()
+	return ReplayHeld(ctx, hold, read, from, to, h)
+}
+
+// ReplayHeld is Replay under a hold the caller took (to forget the
+// checkpoint first, say) and releases. A checkpoint written after the
+// hold was lost to another process fails the replay there.
+func ReplayHeld(ctx context.Context, hold *stream.ReplayHold, read Source, from, to brand.StreamID, h stream.Handler) (res ReplayResult, err error) {
+	name := hold.Name()
 	res = ReplayResult{Name: name}
 	var saving chan error // the checkpoint being written
 	saved := func() error {
@@ -63,7 +83,7 @@ func Replay(ctx context.Context, l *stream.Log, read Source, name string, from, 
 			err = serr
 		}
 	}()
-	last, ok, err := l.ReplayCheckpoint(ctx, name)
+	last, ok, err := hold.Last(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -90,7 +110,7 @@ func Replay(ctx context.Context, l *stream.Log, read Source, name string, from, 
 			return res, err
 		}
 		saving = make(chan error, 1)
-		go func(sid brand.StreamID) { saving <- l.SetReplayCheckpoint(ctx, name, sid) }(it.StreamID)
+		go func(sid brand.StreamID) { saving <- hold.Checkpoint(ctx, sid) }(it.StreamID)
 		res.Replayed++
 		res.Checkpoint = it.StreamID.String()
 	}

@@ -30,6 +30,7 @@ const maxNameLen = 128
 //	<prefix>:{<queue>}:attempts:<stream>:<group>     handler starts of unsettled entries (hash: stream id -> count)
 //	<prefix>:{<queue>}:windows:<stream>:<group>      first starts in progress (hash: consumer -> "lo hi" stream ids)
 //	<prefix>:{<queue>}:replay:<stream>:<name>        last stream id a named replay handled (string)
+//	<prefix>:{<queue>}:replay-hold:<stream>:<name>   which process runs that replay now (string, with a TTL)
 //	<prefix>:{<queue>}:dead-retried:<stream>:<group> dead letters retried (hash: record id -> time; the archive's history retention forgets those it drops)
 //	<prefix>:{<queue>}:dead-retrying:<stream>:<group>:<id> the retry handling a dead letter now (string, with a TTL)
 //	<prefix>:{<queue>}:policies, policy-runs, trimmed-unarchived   retention (PolicyStore)
@@ -167,6 +168,12 @@ func (k Keyspace) Replay(stream, name string) string {
 	return k.base() + "replay:" + stream + ":" + name
 }
 
+// ReplayHold returns the key of a named replay's hold: the one process that
+// runs that replay now.
+func (k Keyspace) ReplayHold(stream, name string) string {
+	return k.base() + "replay-hold:" + stream + ":" + name
+}
+
 // Lease returns the key of a group's catch-up lease.
 func (k Keyspace) Lease(stream, group string) string {
 	return k.base() + "lease:" + stream + ":" + group
@@ -281,15 +288,16 @@ func (k Keyspace) StartWindows(stream, group string) string {
 type Key struct {
 	Keyspace
 	// Type is the key's role: "stream", "dead", "done", "catchup", "lease",
-	// "attempts", "windows", "replay", "archive", "dead-retried",
-	// "dead-retrying", "kinds", "policies", "policy-runs",
+	// "attempts", "windows", "replay", "replay-hold", "archive",
+	// "dead-retried", "dead-retrying", "kinds", "policies", "policy-runs",
 	// "trimmed-unarchived" or "adopted" (whose Queue is the hash tag of an
 	// adopted key, any bytes a tag may hold).
 	Type string
 	// Stream is the stream the key belongs to ("" for the queue-wide keys).
 	Stream string
 	// Group is the consumer group (dead, done, catchup, lease, attempts,
-	// windows; archive of a dead-letter stream) or the replay's name.
+	// windows; archive of a dead-letter stream) or the replay's name
+	// (replay, replay-hold).
 	Group string
 	// ID is the branded id of a done marker, or the record id of a
 	// dead-retrying claim.
@@ -321,7 +329,7 @@ func ParseKey(key string) (k Key, ok bool) {
 		want = 1
 	case "stream":
 		want = 2
-	case "dead", "catchup", "lease", "attempts", "windows", "replay", "dead-retried":
+	case "dead", "catchup", "lease", "attempts", "windows", "replay", "replay-hold", "dead-retried":
 		want = 3
 	case "done", "dead-retrying":
 		want = 4

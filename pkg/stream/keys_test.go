@@ -55,6 +55,7 @@ func TestParseKey(t *testing.T) {
 		{ks.Attempts("events", "g"), stream.Key{Keyspace: ks, Type: "attempts", Stream: "events", Group: "g"}},
 		{ks.StartWindows("events", "g"), stream.Key{Keyspace: ks, Type: "windows", Stream: "events", Group: "g"}},
 		{ks.Replay("events", "r"), stream.Key{Keyspace: ks, Type: "replay", Stream: "events", Group: "r"}},
+		{ks.ReplayHold("events", "r"), stream.Key{Keyspace: ks, Type: "replay-hold", Stream: "events", Group: "r"}},
 		{ks.Archived("events", ""), stream.Key{Keyspace: ks, Type: "archive", Stream: "events"}},
 		{ks.Archived("events", "g"), stream.Key{Keyspace: ks, Type: "archive", Stream: "events", Group: "g"}},
 		{ks.Kinds(), stream.Key{Keyspace: ks, Type: "kinds"}},
