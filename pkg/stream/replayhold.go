@@ -27,15 +27,30 @@ import (
 // hold to it.
 var ErrReplayRunning = errors.New("a replay of this name is running")
 
-// replayCheckpointScript sets the checkpoint of a replay only while
-// ARGV[1] holds it.
+// ErrReplayHoldLost is wrapped by a checkpoint's error when this replay's
+// hold lapsed and no replay holds the name now.
+var ErrReplayHoldLost = errors.New("this replay's hold lapsed")
+
+// replayHoldScript takes or renews the hold of a replay for ARGV[1], for
+// ARGV[2] ms. Returns "" when ARGV[1] holds it now, else its holder.
+//
+// KEYS: hold.
+var replayHoldScript = redis.NewScript(`
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return holder end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+`)
+
+// replayCheckpointScript sets the checkpoint of a replay to ARGV[2] (an
+// empty ARGV[2] removes it) only while ARGV[1] holds the replay.
 //
 // KEYS: hold, checkpoint. ARGV: holder, stream id. Returns 1, or the
 // holder that is not ARGV[1] ("" for none).
 var replayCheckpointScript = redis.NewScript(`
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then return holder or '' end
-redis.call('SET', KEYS[2], ARGV[2])
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
 return 1
 `)
 
@@ -77,23 +92,23 @@ func (l *Log) HoldReplay(ctx context.Context, name string, ttl time.Duration) (*
 
 // take takes the hold or renews it.
 func (h *ReplayHold) take(ctx context.Context) error {
-	got, err := leaseScript.Run(ctx, h.l.rdb, []string{h.key}, h.me, h.ttl.Milliseconds()).Int()
+	holder, err := replayHoldScript.Run(ctx, h.l.rdb, []string{h.key}, h.me, h.ttl.Milliseconds()).Text()
 	if err != nil {
 		return fmt.Errorf("replay %s: take its hold (%s): %w", h.name, h.key, err)
 	}
-	if got == 1 {
-		return nil
+	if holder != "" {
+		return h.running(holder)
 	}
-	return h.running(h.l.rdb.Get(ctx, h.key).Val())
+	return nil
 }
 
-// running is the error for a hold another process has.
+// running is the error for a hold another process has ("": none has).
 func (h *ReplayHold) running(holder string) error {
 	if holder == "" {
-		return fmt.Errorf("replay %s of %s: %w: this replay's hold lapsed (it ran more than %s without renewing it)", h.name, h.l.key, ErrReplayRunning, h.ttl)
+		return fmt.Errorf("replay %s of %s: %w: not renewed within %s, so another replay of the name may have run since; rerun to resume from its checkpoint", h.name, h.l.key, ErrReplayHoldLost, h.ttl)
 	}
 	if i := strings.LastIndexByte(holder, ' '); i >= 0 {
-		holder = holder[:i] // the nonce tells retries apart, not people
+		holder = holder[:i] // the nonce tells replays apart, not people
 	}
 	return fmt.Errorf("replay %s of %s: %w on %s (a replay that stops renewing its hold lets go after %s)", h.name, h.l.key, ErrReplayRunning, holder, h.ttl)
 }
@@ -101,11 +116,17 @@ func (h *ReplayHold) running(holder string) error {
 // Checkpoint records sid as the last stream id the replay handled, while
 // the hold is this process's; else it fails, wrapping ErrReplayRunning.
 func (h *ReplayHold) Checkpoint(ctx context.Context, sid brand.StreamID) error {
-	v, err := replayCheckpointScript.Run(ctx, h.l.rdb, []string{h.key, h.check}, h.me, sid.String()).Result()
+	return h.setCheckpoint(ctx, sid.String())
+}
+
+// setCheckpoint sets the checkpoint to v ("" removes it) while the hold is
+// this process's.
+func (h *ReplayHold) setCheckpoint(ctx context.Context, v string) error {
+	res, err := replayCheckpointScript.Run(ctx, h.l.rdb, []string{h.key, h.check}, h.me, v).Result()
 	if err != nil {
 		return fmt.Errorf("replay checkpoint %s: %w", h.check, err)
 	}
-	if holder, ok := v.(string); ok {
+	if holder, ok := res.(string); ok {
 		return h.running(holder)
 	}
 	return nil
@@ -121,12 +142,7 @@ func (h *ReplayHold) Last(ctx context.Context) (sid brand.StreamID, ok bool, err
 
 // Forget removes the replay's checkpoint (a replay from the start of its
 // range), while the hold is this process's.
-func (h *ReplayHold) Forget(ctx context.Context) error {
-	if err := h.take(ctx); err != nil {
-		return err
-	}
-	return h.l.ForgetReplay(ctx, h.name)
-}
+func (h *ReplayHold) Forget(ctx context.Context) error { return h.setCheckpoint(ctx, "") }
 
 // Release lets the name go: the next replay of it may start at once.
 func (h *ReplayHold) Release(ctx context.Context) error {

@@ -45,7 +45,6 @@ func TestHoldReplay_RenewedLapsedAndFenced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a hold once the dead one lapsed: %v", err)
 	}
-	defer b.Release(ctx)
 
 	// a's hold is long gone: its checkpoint (a replay paused past its TTL)
 	// is refused and the one b holds stays.
@@ -60,5 +59,12 @@ func TestHoldReplay_RenewedLapsedAndFenced(t *testing.T) {
 	}
 	if _, ok, err := l.ReplayCheckpoint(ctx, "fix"); err != nil || ok {
 		t.Fatalf("checkpoint after b forgot it and a lost its hold: ok %v, %v; want none", ok, err)
+	}
+	// Once b let go, a's hold is still not a's.
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Checkpoint(ctx, ids[1].StreamID); !errors.Is(err, stream.ErrReplayHoldLost) {
+		t.Fatalf("a checkpoint without the hold, when no one holds it: %v", err)
 	}
 }
