@@ -169,7 +169,7 @@ func (c *Consumer) DropDead(ctx context.Context, match string) (DeadLetter, erro
 		}
 		if holder != "" {
 			return DeadLetter{}, fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it); not removed",
-				dl.ID, dl.EntryStreamID, ErrRetryHeld, claimant(holder))
+				dl.ID, dl.EntryStreamID, ErrRetryHeld, holderName(holder))
 		}
 		return dl, nil
 	}

@@ -2,12 +2,9 @@ package stream
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,12 +72,10 @@ func (l *Log) HoldReplay(ctx context.Context, name string, ttl time.Duration) (*
 		return nil, fmt.Errorf("replay %s: a hold of %s is too short; 1ms at least", name, ttl)
 	}
 	host, _ := os.Hostname()
-	var nonce [6]byte
-	rand.Read(nonce[:])
 	h := &ReplayHold{l: l, name: name, ttl: ttl,
 		key:   l.ks.ReplayHold(l.name, name),
 		check: l.ks.Replay(l.name, name),
-		me:    fmt.Sprintf("%s pid %d %s", host, os.Getpid(), hex.EncodeToString(nonce[:])),
+		me:    holderValue(fmt.Sprintf("%s pid %d", host, os.Getpid())),
 	}
 	if err := h.take(ctx); err != nil {
 		return nil, err
@@ -107,10 +102,7 @@ func (h *ReplayHold) running(holder string) error {
 	if holder == "" {
 		return fmt.Errorf("replay %s of %s: %w: not renewed within %s, so another replay of the name may have run since; rerun to resume from its checkpoint", h.name, h.l.key, ErrReplayHoldLost, h.ttl)
 	}
-	if i := strings.LastIndexByte(holder, ' '); i >= 0 {
-		holder = holder[:i] // the nonce tells replays apart, not people
-	}
-	return fmt.Errorf("replay %s of %s: %w on %s (a replay that stops renewing its hold lets go after %s)", h.name, h.l.key, ErrReplayRunning, holder, h.ttl)
+	return fmt.Errorf("replay %s of %s: %w on %s (a replay that stops renewing its hold lets go after %s)", h.name, h.l.key, ErrReplayRunning, holderName(holder), h.ttl)
 }
 
 // Checkpoint records sid as the last stream id the replay handled, while

@@ -65,8 +65,16 @@ redis.call('XDEL', KEYS[2], ARGV[1])
 return ''
 `)
 
-// claimant is the consumer's name in a claim's value (name, then nonce).
-func claimant(value string) string {
+// holderValue is what a claim or hold stores for who: who, then a nonce
+// that tells two claims of the same name apart.
+func holderValue(who string) string {
+	var nonce [6]byte
+	rand.Read(nonce[:])
+	return who + " " + hex.EncodeToString(nonce[:])
+}
+
+// holderName is who in a value holderValue made.
+func holderName(value string) string {
 	if i := strings.LastIndexByte(value, ' '); i >= 0 {
 		return value[:i]
 	}
@@ -87,12 +95,10 @@ type retryClaim struct {
 // ErrRetriedBefore (naming when) or ErrRetryHeld (naming the holder) when
 // dl must not be handed to a handler here.
 func (c *Consumer) claimRetry(ctx context.Context, dl DeadLetter) (*retryClaim, error) {
-	var nonce [6]byte
-	rand.Read(nonce[:])
 	rc := &retryClaim{c: c, dl: dl,
 		done: c.log.ks.DeadRetried(c.log.name, c.group),
 		key:  c.log.ks.DeadRetrying(c.log.name, c.group, dl.ID.String()),
-		me:   c.name + " " + hex.EncodeToString(nonce[:]),
+		me:   holderValue(c.name),
 	}
 	if err := rc.take(ctx); err != nil {
 		return nil, err
@@ -119,7 +125,7 @@ func (rc *retryClaim) take(ctx context.Context) error {
 		return fmt.Errorf("dead letter %s of %s: %w at %s", rc.dl.ID, rc.dl.EntryStreamID, ErrRetriedBefore, res[1])
 	case len(res) == 2 && res[0] == "held":
 		return fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it; a claim its holder stops renewing lapses after %s)",
-			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, claimant(res[1]), rc.c.LeaseTTL)
+			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, holderName(res[1]), rc.c.LeaseTTL)
 	case len(res) == 1 && res[0] == "claimed":
 		return nil
 	}
