@@ -190,15 +190,20 @@ var ErrRetriedBefore = errors.New("dead letter retried before")
 
 // RetryDeadLetter hands one dead letter to h again, whether it is still in
 // the dead-letter stream or was read back from their archive after the
-// archiver trimmed it. On success it is removed from the stream (when
-// there) and recorded as retried (Keyspace.DeadRetried), so that a dead
-// letter that lives on in the archive is not handed to a handler twice:
-// asked for again, it is refused with ErrRetriedBefore, naming when.
+// archiver trimmed it (the handler's Delivery.Recovered says which). On
+// success it is removed from the stream (when there) and recorded as
+// retried (Keyspace.DeadRetried), so that a dead letter that lives on in
+// the archive is not handed to a handler twice: asked for again, it is
+// refused with ErrRetriedBefore, naming when.
 func (c *Consumer) RetryDeadLetter(ctx context.Context, h Handler, dl DeadLetter) error {
 	if dl.NoPayload {
 		return fmt.Errorf("dead letter of %s (%s): %w; nothing to hand a handler", dl.EntryStreamID, dl.Reason, ErrNoPayload)
 	}
-	herr, err := c.retryOne(ctx, h, dl, true)
+	live, err := c.dead.ReadRaw(ctx, dl.ID.StreamID, dl.ID.StreamID, 1)
+	if err != nil {
+		return fmt.Errorf("retry of dead letter %s: look for it in %s: %w", dl.ID, c.dead.key, err)
+	}
+	herr, err := c.retryOne(ctx, h, dl, len(live) == 0)
 	if herr != nil {
 		return fmt.Errorf("retry of dead letter %s (entry %s): %w", dl.ID, dl.EntryID, herr)
 	}

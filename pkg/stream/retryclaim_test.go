@@ -196,3 +196,42 @@ func TestRetryDead_RecordRetriedBeforeIsRemovedNotRun(t *testing.T) {
 		t.Fatalf("%d dead letters left, want the one retried before removed too", n)
 	}
 }
+
+// RetryDeadLetter tells its handler where the payload came from: a dead
+// letter still in the dead-letter stream is not Recovered, one read back
+// from their archive (gone from the stream) is; and a record retried with
+// success before but still in the stream is removed, not run again.
+func TestRetryDeadLetter_RecoveredOnlyWhenGoneFromTheStream(t *testing.T) {
+	f, dls := deadFixture(t, 3)
+	ctx := context.Background()
+	c := f.consumer(t, "wr")
+	var recovered []bool
+	h := func(_ context.Context, d stream.Delivery) error {
+		recovered = append(recovered, d.Recovered)
+		return nil
+	}
+	if err := c.RetryDeadLetter(ctx, h, dls[0]); err != nil {
+		t.Fatal(err)
+	}
+	deadKey := f.log.Keyspace().DeadLetter(f.log.Name(), "billing")
+	if err := f.rdb.XDel(ctx, deadKey, dls[1].ID.StreamID.String()).Err(); err != nil { // as the archiver's trim
+		t.Fatal(err)
+	}
+	if err := c.RetryDeadLetter(ctx, h, dls[1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(recovered) != 2 || recovered[0] || !recovered[1] {
+		t.Fatalf("Delivery.Recovered of a dead letter in the stream, then of one gone from it: %v, want [false true]", recovered)
+	}
+
+	retried := f.log.Keyspace().DeadRetried(f.log.Name(), "billing")
+	if err := f.rdb.HSet(ctx, retried, dls[2].ID.String(), time.Now().UnixMilli()).Err(); err != nil { // retried, its XDEL lost
+		t.Fatal(err)
+	}
+	if err := c.RetryDeadLetter(ctx, h, dls[2]); !errors.Is(err, stream.ErrRetriedBefore) {
+		t.Fatalf("retry of a record retried before: %v, want ErrRetriedBefore", err)
+	}
+	if n := f.rdb.XLen(ctx, deadKey).Val(); n != 0 || len(recovered) != 2 {
+		t.Fatalf("after the retry of a record retried before: %d records left, %d handler calls; want 0 and 2", n, len(recovered))
+	}
+}
