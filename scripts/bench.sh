@@ -77,6 +77,7 @@ BEGIN {
 	id["Archive_Steps commit"] = "P3 commit (÷ raw create)"; goal["P3 commit (÷ raw create)"] = "<= 1.2"; cmd["P3 commit (÷ raw create)"] = "the same"
 	id["Archive_Steps create"] = "P3 create, the commit without its proof (÷ raw create)"; goal["P3 create, the commit without its proof (÷ raw create)"] = "none"; cmd["P3 create, the commit without its proof (÷ raw create)"] = "the same"
 	id["Archive_Steps commit-proven"] = "P3 commit ÷ raw create and read back (PUT, then GET of its last 4 KiB)"; goal[id["Archive_Steps commit-proven"]] = "none"; cmd[id["Archive_Steps commit-proven"]] = "the same"
+	k = "P3 commit reachable while proving (raw create and read back ÷ raw create)"; id["Archive_Steps proof-floor"] = k; goal[k] = "none"; cmd[k] = "the same"
 	id["Archive_Steps create-floor"] = "P3 create ÷ staged floor (raw create + local fsync beside)"; goal["P3 create ÷ staged floor (raw create + local fsync beside)"] = "none"; cmd["P3 create ÷ staged floor (raw create + local fsync beside)"] = "the same"
 	id["Upload_Ratio staged"] = "P4 against its staged floor (raw create + local fsync beside)"; goal["P4 against its staged floor (raw create + local fsync beside)"] = "none"; cmd["P4 against its staged floor (raw create + local fsync beside)"] = "the same as P4"
 	id["Upload_Ratio staged-floor"] = "P4 reachable (raw create ÷ staged floor)"; goal["P4 reachable (raw create ÷ staged floor)"] = "none"; cmd["P4 reachable (raw create ÷ staged floor)"] = "the same"
@@ -116,6 +117,7 @@ BEGIN {
 	if ("commit-ratio" in m) row(id[name " commit"], m["commit-ratio"], m["commit-ratio-min"], m["commit-ratio-max"], $2)
 	if ("create-ratio" in m) row(id[name " create"], m["create-ratio"], m["create-ratio-min"], m["create-ratio-max"], $2)
 	if ("create-floor-ratio" in m) row(id[name " create-floor"], m["create-floor-ratio"], m["create-floor-ratio-min"], m["create-floor-ratio-max"], $2)
+	if ("proof-floor-ratio" in m) row(id[name " proof-floor"], m["proof-floor-ratio"], m["proof-floor-ratio-min"], m["proof-floor-ratio-max"], $2)
 	if ("commit-proven-ratio" in m) row(id[name " commit-proven"], m["commit-proven-ratio"], m["commit-proven-ratio-min"], m["commit-proven-ratio-max"], $2)
 	if ("reachable" in m) row(id[name " reachable"], m["reachable"], "", "", $2)
 	if ("of-floor" in m) row(id[name " of-floor"], m["of-floor"], "", "", $2)

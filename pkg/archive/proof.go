@@ -359,10 +359,12 @@ func (a *Archive) readBack(ctx context.Context, c *graft.Commit) error {
 	if noProof {
 		return nil
 	}
-	if err := a.vol.Sync(); err != nil { // the local record's directory, synced beside the create
-		return fmt.Errorf("archive %s: commit %d: %w; nothing trimmed", a.log.Key(), c.LSN, err)
-	}
+	synced := make(chan error, 1) // the local record's directory, synced beside the create and the read
+	go func() { synced <- a.vol.Sync() }()
 	back, err := a.vol.ReadBack(ctx, c)
+	if serr := <-synced; serr != nil {
+		return fmt.Errorf("archive %s: commit %d: %w; nothing trimmed", a.log.Key(), c.LSN, serr)
+	}
 	if err != nil {
 		return fmt.Errorf("archive %s: commit %d was created but does not read back from the remote: %w; nothing trimmed", a.log.Key(), c.LSN, err)
 	}

@@ -39,8 +39,10 @@ import (
 // durable local copy (MinIO writes to the same disk here), and
 // create-floor-ratio is create-ms ÷ that floor. A commit is proven by
 // reading it back: commit-proven-ratio divides it by the raw PUT and a raw
-// GET of its last 4 KiB after it (raw-get-ms), one after the other. Needs
-// MinIO from scripts/servers.sh.
+// GET of its last 4 KiB after it (raw-get-ms), one after the other, and
+// proof-floor-ratio is that raw PUT and GET ÷ the raw PUT alone: as low as
+// commit-ratio can be while each commit is read back before its trim.
+// Needs MinIO from scripts/servers.sh.
 //
 //	go test -run '^$' -bench Archive_Steps -benchtime 15x ./pkg/archive
 func BenchmarkArchive_Steps(b *testing.B) {
@@ -165,6 +167,7 @@ func BenchmarkArchive_Steps(b *testing.B) {
 	ratios("commit-proven-ratio", commit, putGet)
 	ratios("create-ratio", create, put)
 	ratios("create-floor-ratio", create, staged)
+	ratios("proof-floor-ratio", putGet, put)
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(xrange), "xrange-ms")
 	b.ReportMetric(median(fold), "fold-ms")
