@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,13 +31,12 @@ var ErrRetryHeld = errors.New("dead letter being retried by another retry")
 // another retry holds it.
 //
 // KEYS: dead-retried hash, claim. ARGV: record id, claimant, ttl in ms.
-// Returns {"retried", time}, {"held", holder, the claim's ms to live} or
-// {"claimed"}.
+// Returns {"retried", time}, {"held", holder} or {"claimed"}.
 var claimRetryScript = redis.NewScript(`
 local at = redis.call('HGET', KEYS[1], ARGV[1])
 if at then return {'retried', at} end
 local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[2] then return {'held', holder, tostring(redis.call('PTTL', KEYS[2]))} end
+if holder and holder ~= ARGV[2] then return {'held', holder} end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return {'claimed'}
 `)
@@ -125,10 +123,9 @@ func (rc *retryClaim) take(ctx context.Context) error {
 	switch {
 	case len(res) == 2 && res[0] == "retried":
 		return fmt.Errorf("dead letter %s of %s: %w at %s", rc.dl.ID, rc.dl.EntryStreamID, ErrRetriedBefore, res[1])
-	case len(res) == 3 && res[0] == "held":
-		ms, _ := strconv.ParseInt(res[2], 10, 64)
-		return fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it; its claim lapses in %s unless its holder renews it)",
-			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, holderName(res[1]), time.Duration(max(ms, 0))*time.Millisecond)
+	case len(res) == 2 && res[0] == "held":
+		return fmt.Errorf("dead letter %s of %s: %w (consumer %q holds it; a claim its holder stops renewing lapses after %s)",
+			rc.dl.ID, rc.dl.EntryStreamID, ErrRetryHeld, holderName(res[1]), rc.c.LeaseTTL)
 	case len(res) == 1 && res[0] == "claimed":
 		return nil
 	}
