@@ -195,7 +195,7 @@ func (g *redisGroup) readPending(ctx context.Context, after string, count int64)
 	msgs, _, _, err, ok := g.readOwn(ctx, after, -1, count, ackSet{}, "")
 	if !ok {
 		args := xreadgroup(g.group, g.consumer, g.key, after, count, -1)
-		msgs, err = g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.size(count), args...), args)
+		msgs, err = g.readRaw(ctx, sendRaw(ctx, g.rdb, g.replies.sizeLikeLast(count), args...), args)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("drain pending of %s in %s %s: %w", g.consumer, g.key, g.group, err)
@@ -250,7 +250,7 @@ func (g *redisGroup) readNewStarting(ctx context.Context, block time.Duration, c
 	queue := func(c readCmds, raw bool) {
 		if raw && (block < 0 || block+time.Second <= g.readTimeout) {
 			args := xreadgroup(g.group, g.consumer, g.key, ">", count, block)
-			rr := sendRaw(ctx, c, g.replies.size(count), args...)
+			rr := sendRaw(ctx, c, g.replies.sizeLikeLast(count), args...)
 			read = func() ([]message, error) { return g.readRaw(ctx, rr, args) }
 			return
 		}

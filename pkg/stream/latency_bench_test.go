@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/silt-dev/silt/internal/testing/benchratio"
 	"github.com/silt-dev/silt/internal/testing/testserver"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -21,7 +22,9 @@ import (
 // XREADGROUP BLOCK loop on the same server, rounds alternating. steady:
 // 1,000 entries/s, one at a time; burst: 200 entries at once every 200ms.
 // Reported: p50, p99 and p99.9 of each, and ratio = worker p99 ÷ raw p99
-// (median over rounds; goal <= 1.2, and the worker's p99 <= 2 ms).
+// (median over rounds; goal <= 1.2, and the worker's p99 <= 2 ms), and
+// the bytes this process allocated per entry while each side ran (the
+// producer's appends in both).
 //
 //	go test -run '^$' -bench Latency_Ratio -benchtime 5x ./pkg/stream
 func BenchmarkLatency_Ratio(b *testing.B) {
@@ -124,14 +127,23 @@ func latencyRatio(b *testing.B, mode string) {
 		slices.Sort(d)
 		return d[min(len(d)-1, int(float64(len(d))*p))]
 	}
-	var ratios []float64
+	// allocs runs a side and adds the bytes this process allocated per
+	// entry meanwhile to into: the garbage a side makes sets how often the
+	// collector runs, and its pauses and marking land in the tail.
+	allocs := func(side func() []time.Duration, into *[]float64) []time.Duration {
+		before := benchratio.AllocBytes(b)
+		d := side()
+		*into = append(*into, (benchratio.AllocBytes(b)-before)/n)
+		return d
+	}
+	var ratios, wAlloc, rAlloc []float64
 	var ws, rs []time.Duration
 	for i := 0; i < b.N; i++ {
 		var w, r []time.Duration
 		if i%2 == 0 {
-			w, r = worker(), raw()
+			w, r = allocs(worker, &wAlloc), allocs(raw, &rAlloc)
 		} else {
-			r, w = raw(), worker()
+			r, w = allocs(raw, &rAlloc), allocs(worker, &wAlloc)
 		}
 		ratios = append(ratios, float64(pct(w, 0.99))/float64(pct(r, 0.99)))
 		ws, rs = append(ws, w...), append(rs, r...)
@@ -140,6 +152,8 @@ func latencyRatio(b *testing.B, mode string) {
 	b.ReportMetric(ratios[len(ratios)/2], "ratio")
 	b.ReportMetric(ratios[0], "ratio-min")
 	b.ReportMetric(ratios[len(ratios)-1], "ratio-max")
+	b.ReportMetric(benchratio.Median(wAlloc), "worker-alloc-B/entry")
+	b.ReportMetric(benchratio.Median(rAlloc), "raw-alloc-B/entry")
 	for name, d := range map[string][]time.Duration{"worker": ws, "raw": rs} {
 		b.ReportMetric(float64(pct(d, 0.5).Microseconds()), name+"-p50-µs")
 		b.ReportMetric(float64(pct(d, 0.99).Microseconds()), name+"-p99-µs")

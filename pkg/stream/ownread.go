@@ -81,7 +81,7 @@ func (g *redisGroup) readOwn(ctx context.Context, after string, block time.Durat
 	}
 	read := xreadgroupArgs(g.group, g.consumer, g.key, after, count, block)
 	cmds = append(cmds, read)
-	replies, err := conn.do(ctx, block, g.replies.size(count), cmds...)
+	replies, err := conn.do(ctx, block, g.replies.sizeLikeLast(count), cmds...)
 	if err != nil {
 		g.own.fail()
 		return nil, nil, nil, nil, false

@@ -124,6 +124,32 @@ func TestReplyHint_Bounded(t *testing.T) {
 	}
 }
 
+// TestReplyHint_LikeLast: a read sized like the last reply asks for room
+// for twice the entries that reply held, at most the count asked for, and
+// a reply that held none (a blocking read that timed out) changes nothing.
+func TestReplyHint_LikeLast(t *testing.T) {
+	var h replyHint
+	if n := h.sizeLikeLast(100); n != 0 {
+		t.Fatalf("a hint with no reply before is %d, want 0", n)
+	}
+	h.learn(140_000, 1000)
+	if n, want := h.sizeLikeLast(1000), h.size(1000); n != want {
+		t.Fatalf("after a full batch of 1,000: %d, want %d (room for the batch)", n, want)
+	}
+	h.learn(150, 1) // caught up: an entry a read
+	if n, want := h.sizeLikeLast(100), 151*2*9/8; n != want {
+		t.Fatalf("after a reply of one entry: %d, want %d (two entries' room, not a batch's)", n, want)
+	}
+	h.learn(0, 0)
+	if n, want := h.sizeLikeLast(100), 151*2*9/8; n != want {
+		t.Fatalf("after an empty reply: %d, want %d (as before it)", n, want)
+	}
+	h.learn(1500, 10)
+	if n, want := h.sizeLikeLast(5), 151*5*9/8; n != want {
+		t.Fatalf("asking for fewer than twice the last reply's: %d, want %d (the count asked for)", n, want)
+	}
+}
+
 // TestReadNew_TornReplyIsSentAgain: a read that carries the acks of the
 // batch before (one pipeline, which go-redis never retries once it holds
 // a raw read) and loses its reply part way is sent again, acks and read
