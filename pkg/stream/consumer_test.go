@@ -396,6 +396,34 @@ func TestConsumer_CancelFinishesOrAbandonsInFlight(t *testing.T) {
 	}
 }
 
+// A handler that ignores its context does not hold the run: after Grace
+// its entry is abandoned (left pending) and Run returns once the handlers
+// have had their moment to be gone, with the handler still running.
+func TestConsumer_HandlerThatIgnoresItsContextDoesNotHoldTheRun(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := f.consumer(t, "w1")
+	c.Grace = 100 * time.Millisecond
+	release := make(chan struct{})
+	time.AfterFunc(6*time.Second, func() { close(release) }) // a run that waits for it fails below, not hangs
+	start := time.Now()
+	sum, err := c.Run(ctx, func(context.Context, stream.Delivery) error {
+		cancel()
+		<-release // past Grace and the reap, whatever its context says
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Abandoned != 1 || sum.Acked != 0 || took > 4*time.Second {
+		t.Fatalf("summary %+v after %v; want the entry abandoned and Run back after Grace and the reap (about 2.1 s)", sum, took)
+	}
+	if p := f.pending(t); p != 1 {
+		t.Fatalf("%d pending, want the abandoned entry", p)
+	}
+}
+
 func TestConsumer_DedupeSkipsWhatTheGroupHandled(t *testing.T) {
 	f := newFixture(t, 4)
 	ctx := context.Background()

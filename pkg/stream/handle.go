@@ -389,11 +389,19 @@ func (r *run) execute(ctx context.Context, jobs []*job, readAt time.Time) error 
 	}
 	// After Grace the handlers' context is cancelled: an exec handler's
 	// process group is being killed. Give them a moment to be gone, so the
-	// worker does not exit with its handlers still running.
+	// worker does not exit with its handlers still running. (A timer only
+	// then: a select evaluates every case's channel, and one made for each
+	// batch, nearly always already done, was a timer a batch.)
 	select {
 	case <-allDone:
-	case <-time.After(handlerReap):
-		r.handlersOut = true // they hold their jobs: the batch's array is not reused
+	default:
+		reap := time.NewTimer(handlerReap)
+		defer reap.Stop()
+		select {
+		case <-allDone:
+		case <-reap.C:
+			r.handlersOut = true // they hold their jobs: the batch's array is not reused
+		}
 	}
 	return st.finish()
 }
