@@ -141,11 +141,12 @@ func (e *earlyAcks) add(j *job) {
 		return
 	}
 	e.waiting = append(e.waiting, j)
+	if e.timer != nil {
+		return // armed: it sends this one with the rest when it fires
+	}
 	due := e.last.Add(ackEvery) // last starts as the batch's start and only moves on
 	if wait := time.Until(due); wait > 0 {
-		if e.timer == nil {
-			e.timer = time.AfterFunc(wait, e.fire)
-		}
+		e.timer = time.AfterFunc(wait, e.fire)
 		return
 	}
 	e.flush()
