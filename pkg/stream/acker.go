@@ -134,6 +134,8 @@ func (e *earlyAcks) close() {
 // add takes a success: it is acked now when ackEvery has passed since the
 // batch began and since the last early ack, else when the timer fires (a
 // quick batch closes first and acks it with the rest, in one round trip).
+// While the timer is armed a success waits for it, due or not: it fires
+// at the due time and sends all that waits, and no clock is read here.
 func (e *earlyAcks) add(j *job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
