@@ -422,7 +422,8 @@ func (r *run) runOne(ctx, hctx context.Context, j *job, early *earlyAcks) {
 // clock is the time since the run began, by the monotonic clock alone: a
 // handler's turn is timed with two of these. time.Now reads the wall
 // clock as well: in a profile of P11 here, 65 ns a call against 40 for a
-// read of the monotonic clock, beside handlers that take a few µs.
+// read of the monotonic clock, beside about 2 µs of the worker's own
+// time an entry.
 func (r *run) clock() time.Duration { return time.Since(r.start) }
 
 // complete finishes a job whose handler returned: with DedupeTTL, a
