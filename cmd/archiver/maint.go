@@ -56,11 +56,30 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(tw, "archived\t%d entries, %d bytes (%d malformed, archived as they are)\n", st.Archived, st.ArchivedBytes, st.Malformed)
 			fmt.Fprintf(tw, "live\t%d entries (XLEN), %d above W\n", st.Live, st.LiveUnarchived)
 			fmt.Fprintf(tw, "entries added\t%d\n", st.EntriesAdded)
+			if st.RecordBehind {
+				fmt.Fprintf(tw, "record\tRedis records commit %d, the remote's head is %d: an archiver is between a commit and its record (running), a run died there, or this Redis "+
+					"is a promoted replica or was restored from a backup that never saw commits %d-%d (a failover); the next archiver run proves them, "+
+					"counts what this Redis never held and records the head\n", st.RecordLSN, st.LSN, st.RecordLSN+1, st.LSN)
+			}
+			if st.Recovered > 0 {
+				fmt.Fprintf(tw, "recovered\t%d archived entries this Redis never held (another node's commits: a failover or a split brain); read from the archive\n", st.Recovered)
+			}
+			if st.LiveBelowUnarchived > 0 {
+				fmt.Fprintf(tw, "kept below W\t%d live entries at or below W that the archive lacks (the lowest %s): another node wrote them (a failover, "+
+					"a split brain) or the record was restored; kept live, never trimmed, read from there (docs/operations.md, \"After a failover\")\n",
+					st.LiveBelowUnarchived, st.FirstBelowUnarchived)
+			}
 			switch {
 			case !st.Settled:
 				fmt.Fprintf(tw, "completeness\tnot judged: an archiver committed and trimmed between the remote's read and the stream's count in each of the reads; read again\n")
+			case st.AwaitingRecord:
+				fmt.Fprintf(tw, "completeness\tnot judged until a run records the remote's head: the commits above the record hold entries this Redis never had (see record)\n")
+			case st.Complete && st.Recovered > 0:
+				fmt.Fprintf(tw, "completeness\tcomplete: entries added = archived - recovered + live above W\n")
 			case st.Complete:
 				fmt.Fprintf(tw, "completeness\tcomplete: entries added = archived + live above W\n")
+			case st.LiveBelowUnarchived > 0 && st.LostOutside == 0 && st.TrimmedUnarchived == 0 && !st.Recreated:
+				fmt.Fprintf(tw, "completeness\tnothing lost: entries added = archived - recovered + live above W + kept below W, and the archive lacks the kept ones\n")
 			case st.Recreated:
 				fmt.Fprintf(tw, "completeness\tunknown: entries added (%d) < archived + live above W (%d): the stream was recreated "+
 					"(Redis restarted without persistence, FLUSHALL or DEL); what was not archived before is gone\n",
@@ -95,6 +114,8 @@ func archiveExposition(queue, name string, st archive.Status) *telemetry.Exposit
 	x.Gauge("silt_archive_live_entries", "Entries in the live stream (XLEN).", l, float64(st.Live))
 	x.Gauge("silt_archive_live_unarchived_entries", "Live entries above W, not archived yet.", l, float64(st.LiveUnarchived))
 	x.Gauge("silt_archive_oldest_unarchived_age_seconds", "Age of the oldest live entry above W (0: none).", l, st.OldestAgeSec)
+	x.Gauge("silt_archive_live_below_w_unarchived_entries", "Live entries at or below W that the archive lacks (another node wrote them: a failover); kept live.", l, float64(st.LiveBelowUnarchived))
+	x.Counter("silt_archive_recovered_entries", "Archived entries this Redis never held (another node's commits: a failover).", l, float64(st.Recovered))
 	x.Gauge("silt_archive_trimmed_unarchived_entries", "Entries archiver trim (or a trim-only policy) removed above W, recorded.", l, float64(st.TrimmedUnarchived))
 	x.Gauge("silt_archive_status_settled", "1 when the counts and the remote's commit were read as one view; 0 when an archiver moved it during every read (completeness not judged).", l, b2f(st.Settled))
 	if st.Settled { // else a trim between the reads would read as a loss: no sample rather than a false one

@@ -139,12 +139,16 @@ type streamResult struct {
 	// Unproven: the remote's archive could not be proven against Redis's
 	// record; nothing was committed or trimmed (exit 4).
 	Unproven bool `json:"unproven,omitempty"`
+	// Kept: the run kept live entries at or below W that the archive
+	// lacks (kept_unarchived of them; exit 6 when nothing else failed).
+	Kept bool `json:"kept,omitempty"`
 }
 
 // fail records err as the stream's error.
 func (r *streamResult) fail(err error) {
 	r.Error = err.Error()
 	r.Unproven = r.Unproven || unproven(err)
+	r.Kept = r.Kept || errors.Is(err, archive.ErrKeptUnarchived)
 }
 
 // unproven reports whether err refused the remote's archive as unproven.
@@ -223,7 +227,7 @@ func runAction(c *cli.Context) error {
 		e.log.Warn("archiving into the embedded local default remote " + e.remote + ": what is trimmed then lives on this disk only; give --remote s3://... for durable storage")
 	}
 	for {
-		failed, unproven, err := runOnce(c, e, p)
+		failed, unproven, kept, err := runOnce(c, e, p)
 		if err != nil {
 			return err
 		}
@@ -233,6 +237,9 @@ func runAction(c *cli.Context) error {
 		if !c.Bool("loop") {
 			if unproven > 0 {
 				return fmt.Errorf("%d stream(s) failed, %d of them refused: %w (see the summary)", failed, unproven, archive.ErrNotThisArchive)
+			}
+			if failed > 0 && kept == failed {
+				return fmt.Errorf("%d stream(s) kept live entries at or below W that the archive lacks: %w (see the summary: kept_unarchived, first_kept)", kept, archive.ErrKeptUnarchived)
 			}
 			if failed > 0 {
 				return fmt.Errorf("%d stream(s) failed; see the summary", failed)
@@ -248,12 +255,13 @@ func runAction(c *cli.Context) error {
 }
 
 // runOnce archives every target once, with bounded concurrency, and prints
-// one JSON summary line. It returns how many streams failed, and how many
-// of them because their archive could not be proven.
-func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, err error) {
+// one JSON summary line. It returns how many streams failed, how many of
+// them because their archive could not be proven, and how many because
+// they kept live entries below W that the archive lacks.
+func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven, kept int, err error) {
 	targets, err := findTargets(c, e)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	results := make([]streamResult, len(targets))
 	sem := make(chan struct{}, c.Int("concurrency"))
@@ -274,6 +282,9 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, er
 		if r.Unproven {
 			unproven++
 		}
+		if r.Kept {
+			kept++
+		}
 		if r.Error != "" {
 			failed++
 			e.log.Error("archive failed", "stream", r.Stream, "error", r.Error)
@@ -286,7 +297,7 @@ func runOnce(c *cli.Context, e *env, p archive.Policy) (failed, unproven int, er
 		Time        time.Time      `json:"time"`
 	}{results, failed, c.Context.Err() != nil, time.Now().UTC()})
 	fmt.Fprintf(c.App.Writer, "%s\n", line)
-	return failed, unproven, nil
+	return failed, unproven, kept, nil
 }
 
 // runGCPercent is the collector's pace for archiver run, unless GOGC says

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
@@ -32,6 +33,8 @@ func appendCommand() *cli.Command {
 			&cli.BoolFlag{Name: "new-kind", Usage: "let --kind name a kind that is not built in: a new stream's first append records it"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
 			&cli.BoolFlag{Name: "trace", Usage: "stamp each entry with a W3C traceparent field (a child of $TRACEPARENT when set; kept when a line has one): workers continue the trace"},
+			&cli.IntFlag{Name: "wait-replicas", Usage: "print an id only once N replicas hold its entry (WAIT); short of that exit 7 naming the entries that may or may not exist", EnvVars: []string{"SILT_WAIT_REPLICAS"}},
+			&cli.DurationFlag{Name: "wait-timeout", Value: 5 * time.Second, Usage: "how long --wait-replicas waits for the replicas (0: for ever)"},
 			maxEntryBytesFlag(),
 		),
 		Action: appendAction,
@@ -45,6 +48,9 @@ func appendAction(c *cli.Context) error {
 	}
 	if c.Int("batch") < 1 {
 		return clix.Usagef("--batch", "must be at least 1, got %d", c.Int("batch"))
+	}
+	if c.Int("wait-replicas") < 0 || c.Duration("wait-timeout") < 0 {
+		return clix.Usagef("--wait-replicas", "--wait-replicas and --wait-timeout must not be negative")
 	}
 	if c.Int("max-entry-bytes") < 0 {
 		return clix.Usagef("--max-entry-bytes", "must be 0 (no limit) or more, got %d", c.Int("max-entry-bytes"))
@@ -63,6 +69,7 @@ func appendAction(c *cli.Context) error {
 	log := sess.Log
 	log.MaxEntryBytes = c.Int("max-entry-bytes")
 	log.BatchSize = c.Int("batch")
+	log.WaitReplicas, log.WaitTimeout = c.Int("wait-replicas"), c.Duration("wait-timeout")
 	stamp := func(stream.Fields) {}
 	if c.Bool("trace") {
 		tel, err := telemetry.Setup(c.Context, "silt-worker")

@@ -74,6 +74,7 @@ type Archive struct {
 	anchor   uint64             // the LSN of the commit proven last
 	arenas   arenas             // blocks a created slice's pages were cut from
 	flat     *stream.FlatReader // a run's folds read on it
+	holds    holds              // what the run's trims found of the entries they remove
 	openedAt time.Time          // when the open's refresh ended; zero once a run has used it
 }
 

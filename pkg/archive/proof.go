@@ -210,7 +210,21 @@ func (a *Archive) proveHead(ctx context.Context, rec stream.ArchiveRecord) error
 	if err != nil {
 		return a.refuse(err)
 	}
-	return a.record(ctx, head, w)
+	// A refused run changes nothing: the record moves only for a
+	// watermark the run may trim to.
+	if err := a.belowTop(ctx, w); err != nil {
+		return err
+	}
+	recovered, err := a.neverHeld(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if recovered > 0 {
+		a.warnf("Redis's record of the archive of %s was at commit %d (W %s), the remote's head is %d (W %s): %d entries the commits above hold "+
+			"were never in this Redis (a promoted replica, a split brain, a Redis restored from a backup); they are read from the archive, and the record moves to %d",
+			a.log.Key(), rec.LSN, rec.W, head.LSN, w, recovered, head.LSN)
+	}
+	return a.recordWith(ctx, head, w, recovered)
 }
 
 // ProveHead proves the remote as a run would and moves Redis's record up to
@@ -319,8 +333,14 @@ func (a *Archive) adopt(ctx context.Context, latest *graft.Commit) error {
 // anchor): the run may trim up to w from now on. A record gone meanwhile
 // stops the run before any trim.
 func (a *Archive) record(ctx context.Context, c *graft.Commit, w brand.StreamID) error {
+	return a.recordWith(ctx, c, w, 0)
+}
+
+// recordWith is record, counting recovered entries this Redis never held
+// (stream.ArchiveRecord.Recovered) with the move.
+func (a *Archive) recordWith(ctx context.Context, c *graft.Commit, w brand.StreamID, recovered int64) error {
 	_, err := a.log.RecordArchive(ctx, stream.ArchiveRecord{Identity: a.identity, Volume: a.vol.Name(), Remote: a.RemoteName,
-		LSN: c.LSN, W: wString(w), Hash: c.Hash()})
+		LSN: c.LSN, W: wString(w), Hash: c.Hash(), AddRecovered: recovered})
 	if errors.Is(err, stream.ErrRecordLost) {
 		return fmt.Errorf("archive %s: %w: %w; nothing trimmed", a.log.Key(), err, ErrNotThisArchive)
 	}
@@ -397,8 +417,10 @@ func (a *Archive) belowTop(ctx context.Context, w brand.StreamID) error {
 	}
 	top, err := brand.ParseStreamID(info.LastGeneratedID)
 	if err != nil || w.Compare(top) > 0 {
-		return fmt.Errorf("archive %s: the remote's watermark %s is above the stream's last generated id %q: %w; nothing trimmed",
-			a.log.Key(), w, info.LastGeneratedID, ErrNotThisArchive)
+		return fmt.Errorf("archive %s: the remote's watermark %s is above the stream's last generated id %q: this Redis never held the "+
+			"newest archived entries (a replica promoted before it received them, a Redis restored from an older backup) or the archive is "+
+			"another's: %w; nothing committed, trimmed or recorded (once producers write past %s, a run goes on; docs/operations.md, \"After a failover\")",
+			a.log.Key(), w, info.LastGeneratedID, ErrNotThisArchive, w)
 	}
 	return nil
 }

@@ -59,7 +59,17 @@ func (a *Archive) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[I
 				if to.Compare(hi) < 0 {
 					hi = to
 				}
-				if !a.readArchive(ctx, cursor, hi, yield) {
+				// Live entries at or below hi are merged with the archive,
+				// never hidden: the archive may lack some (another node
+				// wrote them, ArchiveRecord's failover cases).
+				n := 0
+				for n < len(live) && live[n].StreamID.Compare(hi) <= 0 {
+					n++
+				}
+				if n == PageSize { // the page ends inside the archived range: its rest comes with the next page
+					hi = live[n-1].StreamID
+				}
+				if !a.readMerged(ctx, cursor, hi, live[:n], yield) {
 					return
 				}
 				next, ok := hi.Next()
@@ -91,6 +101,54 @@ func (a *Archive) Read(ctx context.Context, from, to brand.StreamID) iter.Seq2[I
 			}
 		}
 	}
+}
+
+// readMerged yields the archived records with lo <= id <= hi merged, in id
+// order, with live, the live entries in that range: a live entry the
+// archive lacks is yielded from the live stream, one it holds with the same
+// fields once, from the archive, and one it holds with other fields (two
+// masters of a split brain wrote one id) after the archive's.
+func (a *Archive) readMerged(ctx context.Context, lo, hi brand.StreamID, live []stream.FlatEntry, yield func(Item, error) bool) bool {
+	if len(live) == 0 || noCompare {
+		return a.readArchive(ctx, lo, hi, yield)
+	}
+	yieldLive := func(raw stream.FlatEntry) bool {
+		e, err := a.log.Decode(stream.RawEntry{StreamID: raw.StreamID, Fields: raw.Fields()})
+		return yield(Item{Entry: e, Source: SourceLive}, err)
+	}
+	i, ok := 0, true
+	err := a.walkRecords(ctx, lo, hi, func(rec Record) bool {
+		for ; ok && i < len(live) && live[i].StreamID.Compare(rec.StreamID) < 0; i++ {
+			ok = yieldLive(live[i])
+		}
+		if !ok {
+			return false
+		}
+		e, err := a.log.Decode(stream.RawEntry{StreamID: rec.StreamID, Fields: rec.Fields})
+		if ok = yield(Item{Entry: e, Source: SourceArchive}, err); !ok {
+			return false
+		}
+		if i < len(live) && live[i].StreamID == rec.StreamID {
+			if !sameFields(live[i], rec.Fields) {
+				ok = yieldLive(live[i])
+			}
+			i++
+		}
+		return ok
+	})
+	if !ok {
+		return false
+	}
+	if err != nil {
+		yield(Item{}, err)
+		return false
+	}
+	for ; i < len(live); i++ {
+		if !yieldLive(live[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // ReadArchived yields the archived entries with from <= stream id <= to,
@@ -125,12 +183,27 @@ func (a *Archive) ReadSince(ctx context.Context, t0 time.Time) iter.Seq2[Item, e
 	return a.Read(ctx, brand.WindowStart(t0), stream.Last)
 }
 
-// readArchive yields archived records with lo <= id <= hi. It finds the
-// first commit whose watermark is at or above lo through the volume's
-// checkpoint index (binary searches, one leaf fetched), then reads segment
-// by segment, the next ones fetched ahead once it walks past the first
-// (graft.Volume.Walk).
+// readArchive yields archived records with lo <= id <= hi, decoded as the
+// log decodes a live entry (walkRecords).
 func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield func(Item, error) bool) bool {
+	ok := true
+	err := a.walkRecords(ctx, lo, hi, func(rec Record) bool {
+		e, err := a.log.Decode(stream.RawEntry{StreamID: rec.StreamID, Fields: rec.Fields})
+		ok = yield(Item{Entry: e, Source: SourceArchive}, err)
+		return ok
+	})
+	if err != nil && ok {
+		return yield(Item{}, err)
+	}
+	return ok
+}
+
+// walkRecords calls fn with each archived record with lo <= id <= hi, in
+// order, until fn returns false. It finds the first commit whose watermark
+// is at or above lo through the volume's checkpoint index (binary
+// searches, one leaf fetched), then reads segment by segment, the next
+// ones fetched ahead once it walks past the first (graft.Volume.Walk).
+func (a *Archive) walkRecords(ctx context.Context, lo, hi brand.StreamID, fn func(Record) bool) error {
 	var werr error
 	below := func(meta map[string]string) bool {
 		w, err := brand.ParseStreamID(meta[metaW])
@@ -145,42 +218,38 @@ func (a *Archive) readArchive(ctx context.Context, lo, hi brand.StreamID, yield 
 			err = werr
 		}
 		if err != nil {
-			return yield(Item{}, err)
+			return err
 		}
-		done, ok := a.yieldSegment(w.Segment, w.Entry, lo, hi, yield)
-		if !ok || done {
-			return ok
+		done, err := a.segmentRecords(w.Segment, w.Entry, lo, hi, fn)
+		if err != nil || done {
+			return err
 		}
 	}
-	return true
+	return nil
 }
 
-// yieldSegment yields one segment's records in [lo, hi]; done is true once a
-// record above hi was seen.
-func (a *Archive) yieldSegment(seg *graft.Segment, c *graft.Commit, lo, hi brand.StreamID, yield func(Item, error) bool) (done, ok bool) {
+// segmentRecords calls fn with one segment's records in [lo, hi]; done is
+// true once a record above hi was seen or fn returned false.
+func (a *Archive) segmentRecords(seg *graft.Segment, c *graft.Commit, lo, hi brand.StreamID, fn func(Record) bool) (done bool, err error) {
 	pages := seg.Pages()
 	start, err := firstPage(seg, pages, lo)
 	if err != nil {
-		return true, yield(Item{}, fmt.Errorf("commit %d: %w", c.LSN, err))
+		return true, fmt.Errorf("commit %d: %w", c.LSN, err)
 	}
 	for _, no := range pages[start:] {
 		data, err := seg.Lookup(no)
 		if err != nil {
-			return true, yield(Item{}, err)
+			return true, err
 		}
 		rec, err := decodeRecord(data)
 		if err != nil {
-			return true, yield(Item{}, fmt.Errorf("segment %s: page %d: %w", c.Segment.Key, no, err))
+			return true, fmt.Errorf("segment %s: page %d: %w", c.Segment.Key, no, err)
 		}
-		if rec.StreamID.Compare(hi) > 0 {
-			return true, true
-		}
-		e, err := a.log.Decode(stream.RawEntry{StreamID: rec.StreamID, Fields: rec.Fields})
-		if !yield(Item{Entry: e, Source: SourceArchive}, err) {
-			return true, false
+		if rec.StreamID.Compare(hi) > 0 || !fn(rec) {
+			return true, nil
 		}
 	}
-	return false, true
+	return false, nil
 }
 
 // firstPage finds the first record page with stream id >= lo by binary search.

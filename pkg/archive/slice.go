@@ -37,6 +37,14 @@ type Result struct {
 	// Pruned counts the archived segments the run's history retention
 	// dropped (Archive.HistoryKeepFor).
 	Pruned int `json:"pruned,omitempty"`
+	// KeptUnarchived counts the live entries at or below the watermark
+	// that the archive lacks (or holds with other fields), which the run
+	// kept live instead of trimming: written on another Redis node than
+	// the one that committed (a failover, a split brain) or below a
+	// restored or forged record. FirstKept is the lowest; no trim of the
+	// run reached it. The run's error then wraps ErrKeptUnarchived.
+	KeptUnarchived int64  `json:"kept_unarchived,omitempty"`
+	FirstKept      string `json:"first_kept,omitempty"`
 	// RetriedForgotten counts, in an archive of dead letters, the records
 	// of dead letters retried with success forgotten because the history
 	// retention dropped them (stream.Log.ForgetRetried).
@@ -61,6 +69,15 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		return res, ErrNoPolicy
 	}
 	looked := a.justOpened()
+	a.holds = holds{}
+	defer func() {
+		res.KeptUnarchived, res.FirstKept = a.holds.kept, a.holds.first()
+		if err == nil && res.KeptUnarchived > 0 {
+			err = fmt.Errorf("archive %s: %d live entries at or below W %s are not in the archive (the lowest %s): %w, and no trim reached them; "+
+				"another Redis node wrote them (a failover, a split brain) or Redis's record of the archive was restored or forged (docs/operations.md, \"After a failover\")",
+				a.log.Key(), res.KeptUnarchived, a.proven, res.FirstKept, ErrKeptUnarchived)
+		}
+	}()
 	// One run archives up to the stream's top as it is now; what producers
 	// append meanwhile waits for the next run, so a run always ends.
 	info, err := a.log.Info(ctx)
@@ -642,6 +659,7 @@ func (a *Archive) settle(ctx context.Context, pr *proof, res *Result, progress P
 	if err := <-pr.done; err != nil {
 		return 0, err
 	}
+	a.holds.own.add(pr.from.W, pr.next.W)
 	res.Archived += pr.pages
 	res.Commits++
 	res.Bytes += pr.size
@@ -671,7 +689,10 @@ func (a *Archive) trim(ctx context.Context, res *Result) (int64, error) {
 	if err := a.provenTrim(ctx, w); err != nil {
 		return 0, err
 	}
-	min, _ := w.Next()
+	min, err := a.trimBound(ctx, w)
+	if err != nil {
+		return 0, err
+	}
 	if negativeTrim {
 		min, _ = min.Next() // the negative control: one entry above W goes too
 	}

@@ -25,7 +25,30 @@ type Status struct {
 	// removed above the watermark, recorded by TrimOnly: gone for good,
 	// on purpose.
 	TrimmedUnarchived int64 `json:"trimmed_unarchived"`
-	LostOutside       int64 `json:"lost_outside"` // entries-added - archived - live unarchived - trimmed unarchived
+	LostOutside       int64 `json:"lost_outside"` // entries-added - (archived - recovered) - live unarchived - live below W unarchived - trimmed unarchived
+	// LiveBelowUnarchived counts the live entries at or below W that the
+	// archive lacks (or holds with other fields): another Redis node wrote
+	// them (a failover, a split brain) or the record was restored or
+	// forged. Runs keep them live and readers merge them; FirstBelowUnarchived
+	// is the lowest.
+	LiveBelowUnarchived  int64  `json:"live_below_w_unarchived"`
+	FirstBelowUnarchived string `json:"first_below_w_unarchived,omitempty"`
+	// Recovered counts the archived entries this Redis never held (another
+	// node's commits, stream.ArchiveRecord.Recovered): the archive
+	// recovered them for this Redis, whose entries-added never counted them.
+	Recovered int64 `json:"recovered_never_held"`
+	// RecordLSN is the commit Redis's record names; below LSN, the remote
+	// holds commits this Redis has not recorded (RecordBehind): a run died
+	// between a commit and its record, or this Redis is a promoted replica
+	// or restored from a backup that did not see them. The next run proves
+	// and records them.
+	RecordLSN    uint64 `json:"record_lsn"`
+	RecordBehind bool   `json:"record_behind,omitempty"`
+	// AwaitingRecord: completeness is not judged (LostOutside, Recreated
+	// and Complete left zero) because the record is behind and the archive
+	// holds more than this Redis could have added: entries of another
+	// node's commits, which the next run counts (Recovered) as it records.
+	AwaitingRecord bool `json:"awaiting_record,omitempty"`
 	// Settled: the counts and the remote's commit were read as one view.
 	// When an archiver committed and trimmed between the two in every read,
 	// they were not: LostOutside, Recreated and Complete are then not
@@ -78,12 +101,31 @@ func (a *Archive) Status(ctx context.Context, dataDir string) (Status, error) {
 	if s.TrimmedUnarchived, err = a.log.Policies().TrimmedUnarchived(ctx, a.log.Name()); err != nil {
 		return s, err
 	}
+	if rec, ok, err := a.log.ArchiveRecord(ctx); err != nil {
+		return s, err
+	} else if ok {
+		s.Recovered, s.RecordLSN, s.RecordBehind = rec.Recovered, rec.LSN, rec.LSN < lsn
+	}
+	if c.Below > 0 { // live entries at or below W: each compared with the archive
+		n, first, err := a.Unarchived(ctx)
+		if err != nil {
+			return s, err
+		}
+		if s.LiveBelowUnarchived = n; n > 0 {
+			s.FirstBelowUnarchived = first.String()
+		}
+	}
 	if s.Settled {
-		s.LostOutside = s.EntriesAdded - s.Archived - s.LiveUnarchived - s.TrimmedUnarchived
-		if s.LostOutside < 0 {
+		s.LostOutside = s.EntriesAdded - (s.Archived - s.Recovered) - s.LiveUnarchived - s.LiveBelowUnarchived - s.TrimmedUnarchived
+		switch {
+		case s.LostOutside < 0 && s.RecordBehind:
+			// The commits above the record may hold entries this Redis
+			// never had (a failover): a run counts them as it records.
+			s.AwaitingRecord, s.LostOutside = true, 0
+		case s.LostOutside < 0:
 			s.Recreated, s.LostOutside = true, 0
 		}
-		s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && !s.Recreated
+		s.Complete = s.LostOutside == 0 && s.TrimmedUnarchived == 0 && s.LiveBelowUnarchived == 0 && !s.Recreated && !s.AwaitingRecord
 	}
 	if a.log.DeadGroup() == "" {
 		ps, name := a.log.Policies(), a.log.Name()

@@ -27,6 +27,13 @@ type ArchiveRecord struct {
 	// AdoptedFrom is the identity the archive had before this Redis
 	// adopted it ("" when it never was).
 	AdoptedFrom string
+	// Recovered counts the archived entries this Redis never held: those
+	// of commits another node made (the master before a failover, the
+	// other side of a split brain) that the record moved over. Completeness
+	// (entries-added = archived + live) holds once they are taken off.
+	Recovered int64
+	// AddRecovered is what RecordArchive adds to Recovered with the move.
+	AddRecovered int64
 }
 
 // ArchiveRecord returns what Redis records of this log's archive; ok is
@@ -45,6 +52,11 @@ func (l *Log) ArchiveRecord(ctx context.Context) (rec ArchiveRecord, ok bool, er
 	if rec.LSN, err = strconv.ParseUint(m["lsn"], 10, 64); err != nil || rec.Identity == "" {
 		return rec, false, fmt.Errorf("archive record %s: identity %q, lsn %q: not a record silt wrote", key, m["identity"], m["lsn"])
 	}
+	if r := m["recovered"]; r != "" {
+		if rec.Recovered, err = strconv.ParseInt(r, 10, 64); err != nil {
+			return rec, false, fmt.Errorf("archive record %s: recovered %q: not a number", key, r)
+		}
+	}
 	return rec, true, nil
 }
 
@@ -60,11 +72,15 @@ var ErrRecordLost = errors.New("Redis lost the archive's record during the run (
 // leaves the remote ahead of Redis, never behind; two archivers racing
 // each record their own commit, the newer stays).
 //
-// KEYS: record. ARGV: identity, volume, remote, lsn, w, hash.
+// The entries another node archived that this Redis never held are
+// counted with the move that takes the record over their commits.
+//
+// KEYS: record. ARGV: identity, volume, remote, lsn, w, hash, recovered.
 var recordScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'identity') ~= ARGV[1] then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'lsn') or '0') > tonumber(ARGV[4]) then return 2 end
 redis.call('HSET', KEYS[1], 'volume', ARGV[2], 'remote', ARGV[3], 'lsn', ARGV[4], 'w', ARGV[5], 'hash', ARGV[6])
+if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'recovered', ARGV[7]) end
 return 1
 `)
 
@@ -77,7 +93,7 @@ return 1
 func (l *Log) RecordArchive(ctx context.Context, rec ArchiveRecord) (newer bool, err error) {
 	key := l.ks.Archived(l.name, l.deadGroup)
 	n, err := recordScript.Run(ctx, l.rdb, []string{key}, rec.Identity, rec.Volume, rec.Remote,
-		strconv.FormatUint(rec.LSN, 10), rec.W, rec.Hash).Int()
+		strconv.FormatUint(rec.LSN, 10), rec.W, rec.Hash, strconv.FormatInt(rec.AddRecovered, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("archive record %s: %w", key, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -67,6 +68,7 @@ func (l *Log) chunkLen(batch []Fields) int {
 // set, queues more commands inside the same MULTI (keys of the same queue).
 func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.Pipeliner)) ([]brand.ID, error) {
 	ids := make([]brand.ID, len(chunk))
+	var acked int64
 	_, single := l.rdb.(*redis.Client)
 	write := func(tx *redis.Tx) error {
 		if single {
@@ -102,7 +104,16 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.
 			}
 			return nil
 		})
-		return queuedError(cmds, err)
+		if err := queuedError(cmds, err); err != nil || l.WaitReplicas <= 0 {
+			return err
+		}
+		// WAIT on the connection that wrote: it counts the replicas that
+		// acknowledged this connection's writes.
+		acked, err = tx.Wait(ctx, l.WaitReplicas, l.WaitTimeout).Result()
+		if err != nil {
+			return &NotReplicatedError{IDs: ids, Want: l.WaitReplicas, Err: err}
+		}
+		return nil
 	}
 	watched := []string{l.key}
 	if single {
@@ -110,8 +121,15 @@ func (l *Log) appendChunk(ctx context.Context, chunk []Fields, extra func(redis.
 	}
 	for range l.MaxRetries + 1 {
 		err := l.rdb.Watch(ctx, write, watched...)
+		if err == nil && l.WaitReplicas > 0 && acked < int64(l.WaitReplicas) {
+			return nil, &NotReplicatedError{IDs: ids, Want: l.WaitReplicas, Acked: int(acked), Timeout: l.WaitTimeout}
+		}
 		if err == nil {
 			return ids, nil
+		}
+		var nr *NotReplicatedError
+		if errors.As(err, &nr) {
+			return nil, err
 		}
 		if !errors.Is(err, redis.TxFailedErr) && !isBehind(err) {
 			return nil, fmt.Errorf("append %d entries to %s: %w", len(chunk), l.key, err)
@@ -175,3 +193,32 @@ func queuedError(cmds []redis.Cmder, err error) error {
 	}
 	return err
 }
+
+// NotReplicatedError is an append's error under Log.WaitReplicas when
+// fewer replicas than asked acknowledged its entries within WaitTimeout
+// (WAIT), or the WAIT itself failed (Err). The entries IDs name were
+// written to the master, which may lose them if it fails over before a
+// replica has them: they may or may not exist. A retry under the same ids
+// (Log.AppendIdempotent) is safe.
+type NotReplicatedError struct {
+	IDs     []brand.ID
+	Want    int
+	Acked   int
+	Timeout time.Duration
+	Err     error
+}
+
+func (e *NotReplicatedError) Error() string {
+	ids := make([]string, len(e.IDs))
+	for i, id := range e.IDs {
+		ids[i] = id.String()
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("%d entries written to the master, but WAIT for %d replicas failed: %v; they may or may not survive a failover: %s",
+			len(e.IDs), e.Want, e.Err, strings.Join(ids, " "))
+	}
+	return fmt.Sprintf("%d entries written to the master, acknowledged by %d of the %d replicas asked within %s; they may or may not survive a failover: %s",
+		len(e.IDs), e.Acked, e.Want, e.Timeout, strings.Join(ids, " "))
+}
+
+func (e *NotReplicatedError) Unwrap() error { return e.Err }

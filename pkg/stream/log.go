@@ -109,6 +109,12 @@ type Log struct {
 	// MaxEntryBytes, when positive, refuses appends of entries larger than
 	// this (EntryBytes) with ErrOversized, before anything is sent.
 	MaxEntryBytes int
+	// WaitReplicas, when positive, makes every append wait (WAIT) until
+	// that many replicas acknowledged its entries, for at most WaitTimeout
+	// (0: for ever); short of that the append returns a
+	// *NotReplicatedError naming the entries, which may or may not exist.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 
 	rdb       Client
 	ks        Keyspace
@@ -175,6 +181,13 @@ func (l *Log) Minter() *brand.Minter { return l.minter }
 func (l *Log) Append(ctx context.Context, fields Fields) (brand.ID, error) {
 	if err := l.checkFields(fields); err != nil {
 		return brand.ID{}, err
+	}
+	if l.WaitReplicas > 0 { // the write and its WAIT on one connection
+		ids, err := l.AppendBatch(ctx, []Fields{fields})
+		if err != nil {
+			return brand.ID{}, err
+		}
+		return ids[0], nil
 	}
 	if err := l.bindKind(ctx); err != nil {
 		return brand.ID{}, err

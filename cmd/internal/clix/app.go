@@ -17,6 +17,7 @@ import (
 
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/graft"
+	"github.com/silt-dev/silt/pkg/stream"
 )
 
 // Main runs a command's run function as the process: SIGINT and SIGTERM
@@ -121,6 +122,13 @@ func exitCode(err error) int {
 	}
 	if errors.Is(err, ErrHandlersFailed) {
 		return ExitHandlersFailed
+	}
+	if errors.Is(err, archive.ErrKeptUnarchived) {
+		return ExitKeptUnarchived
+	}
+	var nr *stream.NotReplicatedError
+	if errors.As(err, &nr) {
+		return ExitNotReplicated
 	}
 	if errors.Is(err, archive.ErrNotThisArchive) || errors.Is(err, archive.ErrRemoteBehind) || errors.Is(err, graft.ErrForeignRemote) {
 		return ExitUnproven

@@ -34,6 +34,14 @@ const (
 	// ExitHandlersFailed: worker run --fail-on-error saw handler attempts
 	// fail or entries dead-lettered (ErrHandlersFailed).
 	ExitHandlersFailed = 5
+	// ExitKeptUnarchived: archiver run found live entries at or below the
+	// watermark that the archive lacks (archive.ErrKeptUnarchived) and kept
+	// them live; nothing was lost, and an operator looks (a failover).
+	ExitKeptUnarchived = 6
+	// ExitNotReplicated: worker append --wait-replicas wrote entries that
+	// fewer replicas than asked acknowledged (*stream.NotReplicatedError);
+	// they may or may not survive a failover.
+	ExitNotReplicated = 7
 )
 
 // ErrHandlersFailed is wrapped by worker run's error under --fail-on-error

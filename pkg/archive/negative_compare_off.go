@@ -1,0 +1,6 @@
+//go:build !silt_negative_compare
+
+package archive
+
+// noCompare is the negative control's switch (negative_compare_on.go).
+const noCompare = false
