@@ -27,6 +27,10 @@ var negativeControls = []struct {
 	// The same broken archiver under the seeded fault schedules: it commits
 	// and trims on rolled-back, forged and foreign remotes.
 	{"silt_negative_proof", "./e2e", "^TestFaultSchedule$", "exited 0 on a remote with"},
+	// Trims and reads believe Redis's record: after a split brain the
+	// promoted replica's entries below the remote's W are hidden, then
+	// trimmed unarchived.
+	{"silt_negative_compare", "./e2e", "^TestFailover_SplitBrainKeepsEveryReceipt$", "not read exactly once"},
 	// No handler reaper: a SIGKILLed worker leaves the processes of a
 	// script that dash forked (and of co-processes) running.
 	{"silt_negative_reaper", "./e2e", "^TestWorker_NoHandlerOutlivesAKilledWorker$", "outlived their SIGKILLed worker"},

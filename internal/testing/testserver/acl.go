@@ -18,7 +18,7 @@ const SiltACL = "on resetkeys ~emq:* resetchannels -@all " +
 	"+@stream +multi +exec +discard +watch +unwatch " +
 	"+eval +evalsha +script|load +script|exists " +
 	"+get +set +del +exists +type +pexpire +rpush +lrange +llen +lindex +lset +lrem +hget +hset +hsetnx +hincrby +hdel +hmget +hgetall +hlen +hscan " +
-	"+ping +hello +auth +select +info +scan " +
+	"+ping +hello +auth +select +info +wait +scan " +
 	"+cluster|slots +cluster|shards +cluster|nodes +readonly +command"
 
 // SiltUser is the name of that user.
