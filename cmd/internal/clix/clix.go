@@ -246,6 +246,10 @@ func Redact(raw string) string {
 	if u.User == nil && strings.Contains(raw, "@") {
 		return "(URL not shown: it has an '@' outside its userinfo)"
 	}
+	if q := u.Query(); q.Has("password") { // a Sentinel URL's master password
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
 	return u.Redacted()
 }
 
@@ -256,6 +260,12 @@ func Redact(raw string) string {
 func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, error) {
 	wait := c.Duration(FlagRedisWait)
 	raw := c.String(FlagRedis)
+	if sentinelURL(raw) {
+		if strings.Contains(raw, ",") || c.Bool(FlagRedisCluster) {
+			return nil, Usagef("--redis", "a Sentinel URL (master_name=...) names its other Sentinels with &addr=host:port, not with commas or --%s", FlagRedisCluster)
+		}
+		return openSentinel(ctx, c, strings.TrimSpace(raw))
+	}
 	urls := strings.Split(raw, ",")
 	var opts []*redis.Options
 	for _, u := range urls {
