@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -263,4 +265,41 @@ func TestFailover_AppendWaitsForReplicas(t *testing.T) {
 	}
 	report(t, scenario{Name: "failover: receipts after WAIT", Runs: 3, Faults: 1, Detected: 1, Promised: true,
 		counts: counts{Entries: len(receipts), Lost: len(missingOnce(seen, receipts))}})
+}
+
+// TestFailover_NativeProducersWaitForReplicas: the Python (redis-py) and
+// Node (ioredis) producers of docs/producers with WAIT_REPLICAS=1 print
+// their receipts while a replica acknowledges, and stop without one when
+// it does not.
+func TestFailover_NativeProducersWaitForReplicas(t *testing.T) {
+	python, nodePath := os.Getenv("SILT_PYTHON"), os.Getenv("SILT_NODE_PATH")
+	if python == "" || nodePath == "" {
+		testserver.Absent(t, "the producer clients (python3-redis, ioredis)", `eval "$(scripts/clients.sh)"`)
+	}
+	m, r := replicated(t)
+	env := append(os.Environ(), "REDIS_URL="+m.URL(), "STREAM="+streamKey, "KIND=EVT", "NODE_PATH="+nodePath, "WAIT_REPLICAS=1")
+	producers := [][]string{{python, "../docs/producers/producer.py"}, {"node", "../docs/producers/producer.js"}}
+	waitMS := "5000"
+	produce := func(argv []string) (string, string, error) {
+		cmd := exec.Command(argv[0], append(argv[1:], "5")...)
+		cmd.Env = append(env, "WAIT_MS="+waitMS)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		return string(out), stderr.String(), err
+	}
+	for _, p := range producers {
+		out, errOut, err := produce(p)
+		if err != nil || len(strings.Fields(out)) != 5 {
+			t.Fatalf("%s with a replica: %v, %q\n%s", p[1], err, out, errOut)
+		}
+	}
+	r.Stop()
+	waitMS = "300"
+	for _, p := range producers {
+		out, errOut, err := produce(p)
+		if err == nil || out != "" || !strings.Contains(errOut, "may or may not survive a failover") {
+			t.Fatalf("%s without its replica: %v, stdout %q, stderr %q; want a failure and no receipt", p[1], err, out, errOut)
+		}
+	}
 }

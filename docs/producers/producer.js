@@ -2,6 +2,7 @@
 //
 // Usage: REDIS_URL=redis://127.0.0.1:6379/0 STREAM='emq:{cm}:stream:events' \
 //        KIND=EVT node producer.js N   (prints each entry's branded id)
+// WAIT_REPLICAS=1 prints an id only once a replica holds its entry.
 //
 // The branded id is the stream id, field by field: KIND_ then the
 // milliseconds (10 digits) and the sequence (13 digits) in Crockford's base32.
@@ -49,8 +50,14 @@ async function append(redis, stream, minter, fields) {
 async function main() {
   const redis = new Redis(process.env.REDIS_URL);
   const minter = new Minter(process.env.KIND || "EVT");
+  const replicas = Number(process.env.WAIT_REPLICAS || 0), waitMs = Number(process.env.WAIT_MS || 5000);
   for (let i = 0; i < Number(process.argv[2]); i++) {
-    console.log(await append(redis, process.env.STREAM, minter, { lang: "node", n: String(i) }));
+    const id = await append(redis, process.env.STREAM, minter, { lang: "node", n: String(i) });
+    // WAIT counts the replicas holding this connection's writes (ioredis has one).
+    if (replicas && (await redis.wait(replicas, waitMs)) < replicas) {
+      throw new Error(`${id}: not on ${replicas} replicas within ${waitMs} ms: it may or may not survive a failover`);
+    }
+    console.log(id);
   }
   redis.disconnect();
 }

@@ -3,6 +3,7 @@
 
 Usage: REDIS_URL=redis://127.0.0.1:6379/0 STREAM=emq:{cm}:stream:events \
        KIND=EVT python3 producer.py N   (prints each entry's branded id)
+WAIT_REPLICAS=1 prints an id only once a replica holds its entry.
 
 The branded id is the stream id, field by field: KIND_ then the
 milliseconds (10 digits) and the sequence (13 digits) in Crockford's base32.
@@ -49,7 +50,13 @@ def append(r, stream, minter, fields):
             minter.past(r.xinfo_stream(stream)["last-generated-id"])
 
 if __name__ == "__main__":
-    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+    # One connection: WAIT counts the replicas holding this connection's writes.
+    pool = redis.ConnectionPool.from_url(os.environ["REDIS_URL"], decode_responses=True)
+    r = redis.Redis(connection_pool=pool, single_connection_client=True)
     stream, minter = os.environ["STREAM"], Minter(os.environ.get("KIND", "EVT"))
+    replicas, wait_ms = int(os.environ.get("WAIT_REPLICAS", "0")), int(os.environ.get("WAIT_MS", "5000"))
     for i in range(int(sys.argv[1])):
-        print(append(r, stream, minter, {"lang": "python", "n": str(i)}), flush=True)
+        bid = append(r, stream, minter, {"lang": "python", "n": str(i)})
+        if replicas and r.wait(replicas, wait_ms) < replicas:
+            sys.exit(f"{bid}: not on {replicas} replicas within {wait_ms} ms: it may or may not survive a failover")
+        print(bid, flush=True)
