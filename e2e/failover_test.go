@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -236,8 +237,9 @@ func lastID(t *testing.T, rdb *redis.Client) brand.StreamID {
 
 // TestFailover_AppendWaitsForReplicas: worker append --wait-replicas
 // prints a receipt only once a replica holds the entry; with the replica
-// gone it exits 7 naming the entries, and what it printed survives a
-// promotion of the replica.
+// gone it exits 7 naming the entries; a retry under the named id
+// (--id) writes it once, and every receipt survives a promotion of the
+// replica.
 func TestFailover_AppendWaitsForReplicas(t *testing.T) {
 	m, r := replicated(t)
 	envM := []string{"SILT_REDIS_URL=" + m.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events"}
@@ -254,8 +256,14 @@ func TestFailover_AppendWaitsForReplicas(t *testing.T) {
 	if exitStatus(err) != 7 || out != "" || !strings.Contains(errOut, "may or may not survive a failover: EVT_") {
 		t.Fatalf("append with the replica down: exit %d, stdout %q, stderr %q; want exit 7, no receipt, the entry named", exitStatus(err), out, errOut)
 	}
+	named := regexp.MustCompile(`EVT_[0-9A-Z]{23}`).FindString(errOut)
 	r.Restart(t)
 	waitSynced(t, m, r)
+	// The producer retries the entry under the id it was told of: written once.
+	if got := strings.TrimSpace(silt(t, "", envM, "worker", "append", "--id", named, "--wait-replicas", "1", "n=late")); got != named {
+		t.Fatalf("retry under --id %s printed %q", named, got)
+	}
+	receipts = append(receipts, named)
 	m.Stop()
 	promote(t, r)
 	envR := []string{"SILT_REDIS_URL=" + r.URL(), "SILT_QUEUE=cm", "SILT_STREAM=events", "SILT_DATA_DIR=" + t.TempDir()}

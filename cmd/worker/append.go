@@ -20,6 +20,7 @@ import (
 
 	"github.com/silt-dev/silt/cmd/internal/clix"
 	"github.com/silt-dev/silt/internal/telemetry"
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -33,6 +34,7 @@ func appendCommand() *cli.Command {
 			&cli.BoolFlag{Name: "new-kind", Usage: "let --kind name a kind that is not built in: a new stream's first append records it"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: 1 << 20, Usage: "longest JSON line accepted from stdin"},
 			&cli.BoolFlag{Name: "trace", Usage: "stamp each entry with a W3C traceparent field (a child of $TRACEPARENT when set; kept when a line has one): workers continue the trace"},
+			&cli.StringFlag{Name: "id", Usage: "append one entry (field=value arguments) under this branded id, once: a retry finds the entry its first try wrote and succeeds; other fields under the id are refused"},
 			&cli.IntFlag{Name: "wait-replicas", Usage: "print an id only once N replicas hold its entry (WAIT); short of that exit 7 naming the entries that may or may not exist", EnvVars: []string{"SILT_WAIT_REPLICAS"}},
 			&cli.DurationFlag{Name: "wait-timeout", Value: 5 * time.Second, Usage: "how long --wait-replicas waits for the replicas (0: for ever)"},
 			maxEntryBytesFlag(),
@@ -79,6 +81,9 @@ func appendAction(c *cli.Context) error {
 		defer flushTelemetry(c.Context, tel, sess.Logger)
 		stamp = traceStamper(tel, target.Stream)
 	}
+	if raw := c.String("id"); raw != "" {
+		return appendOnce(c, log, raw, fields, stamp)
+	}
 	if fields != nil {
 		stamp(fields)
 		id, err := log.Append(c.Context, fields)
@@ -94,6 +99,27 @@ func appendAction(c *cli.Context) error {
 		// so rather than exit in silence.
 		sess.Logger.Warn("stdin held no entries (no field=value arguments, no JSON lines): nothing appended", "stream", log.Key())
 	}
+	return err
+}
+
+// appendOnce appends one entry under the branded id --id names, once
+// (stream.Log.AppendIdempotent), and prints the id.
+func appendOnce(c *cli.Context, log *stream.Log, raw string, fields stream.Fields, stamp func(stream.Fields)) error {
+	id, err := brand.Parse(raw)
+	if err != nil {
+		return clix.Usagef("--id", "%v", err)
+	}
+	if fields == nil {
+		return clix.Usagef("--id", "give the entry as field=value arguments (one entry under one id)")
+	}
+	if c.Bool("trace") {
+		return clix.Usagef("--trace", "not with --id: a retry would stamp another traceparent, and its fields would not match the first try's")
+	}
+	stamp(fields)
+	if _, err := log.AppendIdempotent(c.Context, id, fields); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.App.Writer, id)
 	return err
 }
 
