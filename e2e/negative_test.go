@@ -31,6 +31,9 @@ var negativeControls = []struct {
 	// promoted replica's entries below the remote's W are hidden, then
 	// trimmed unarchived.
 	{"silt_negative_compare", "./e2e", "^TestFailover_SplitBrainKeepsEveryReceipt$", "not read exactly once"},
+	// The same build over a watermark forged on the remote and in the
+	// record alike: 26 live unarchived entries trimmed.
+	{"silt_negative_compare", "./pkg/archive", "^TestHolds_ForgedRecordAndWatermarkTrimNothingUnarchived$", "want 26 kept"},
 	// No handler reaper: a SIGKILLed worker leaves the processes of a
 	// script that dash forked (and of co-processes) running.
 	{"silt_negative_reaper", "./e2e", "^TestWorker_NoHandlerOutlivesAKilledWorker$", "outlived their SIGKILLed worker"},

@@ -174,7 +174,7 @@ func recordedRemote(ctx context.Context, rdb redis.UniversalClient, t clix.Targe
 
 // lookOnly are the commands that read and never need the data directory
 // after they exit.
-var lookOnly = map[string]bool{"read": true, "status": true, "export": true, "verify": true}
+var lookOnly = map[string]bool{"read": true, "status": true, "export": true, "verify": true, "trim": true}
 
 // openArchive opens the archive of one stream (or of a group's dead letters)
 // of the --queue.

@@ -15,6 +15,7 @@ import (
 	"github.com/silt-dev/silt/pkg/archive"
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/graft"
+	"github.com/silt-dev/silt/pkg/stream"
 )
 
 func withArchive(extra ...cli.Flag) []cli.Flag {
@@ -273,7 +274,7 @@ func trimCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "trim",
 		Usage: "apply the retention policy WITHOUT archiving: what it removes is gone for good (an archived stream's unarchived entries only with --force)",
-		Flags: append(append(clix.CommonFlags(), policyFlags()...),
+		Flags: append(append(append(clix.CommonFlags(), policyFlags()...), archiveFlags()...),
 			&cli.BoolFlag{Name: "force", Usage: "remove entries of an archived stream (or one whose declared policy archives) that its archive does not hold"}),
 		Action: func(c *cli.Context) error {
 			t, err := clix.ParseTarget(c)
@@ -284,13 +285,16 @@ func trimCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.String("dead-letters") != "" {
+				return clix.Usagef("--dead-letters", "archiver trim trims the stream itself; a dead-letter stream is trimmed by its archive's history retention")
+			}
 			sess, err := clix.OpenSession(c, t)
 			if err != nil {
 				return err
 			}
 			defer sess.Close()
 			if !c.Bool("force") {
-				if err := archive.CheckTrimOnly(c.Context, sess.Log, p); errors.Is(err, archive.ErrWouldLoseUnarchived) {
+				if err := checkTrim(c, sess.Log, p); errors.Is(err, archive.ErrWouldLoseUnarchived) {
 					return fmt.Errorf("%w; nothing trimmed. Run archiver run (archive, then trim), or give --force to remove them for good", err)
 				} else if err != nil {
 					return err
@@ -315,6 +319,37 @@ func trimCommand() *cli.Command {
 // onArchive wraps an action that needs the --stream's archive: flags,
 // Redis, the remote (probed when write is set) and the archive, opened and
 // closed around fn.
+// checkTrim refuses a trim without archiving that would remove entries of
+// an archived stream its archive lacks: the remote (--remote, or the one
+// Redis recorded) holding the stream's volume is compared entry by entry
+// with what the trim would remove, whatever Redis's record says (it may be
+// gone, restored or rolled back by a failover); a stream neither archived
+// there nor recorded is judged by its record and declared policy
+// (archive.CheckTrimOnly).
+func checkTrim(c *cli.Context, l *stream.Log, p archive.Policy) error {
+	if err := archive.CheckTrimOnly(c.Context, l, p); err != nil {
+		return err
+	}
+	e, err := openEnv(c, true, false)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	a, err := e.openArchiveIn(c.Context, e.target.Keyspace, e.target.Stream, e.deadGroup)
+	if err != nil {
+		return err
+	}
+	if a.Volume().Head() == 0 {
+		return nil
+	}
+	n, first, err := a.TrimLacks(c.Context, p)
+	if err != nil || n == 0 {
+		return err
+	}
+	return fmt.Errorf("%s: the remote %s holds its archive (volume %s, LSN %d); this trim would remove %d entries it does not hold (the lowest %s), which exist nowhere else: %w",
+		l.Key(), e.remote, a.Volume().Name(), a.Volume().Head(), n, first, archive.ErrWouldLoseUnarchived)
+}
+
 func onArchive(write bool, fn func(c *cli.Context, e *env, a *archive.Archive) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		e, err := openEnv(c, true, write)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
@@ -263,4 +264,61 @@ func (a *Archive) neverHeld(ctx context.Context, rec stream.ArchiveRecord) (int6
 		return 0, err
 	}
 	return max(archived-(n-a.holds.kept), 0), nil
+}
+
+// TrimLacks compares the entries a trim without archiving (TrimOnly) of p
+// would remove, the oldest of the stream, with the archive, and returns how
+// many of them the archive lacks (or holds with other fields) and the
+// lowest. A trim-only that removed them would lose them: archiver trim
+// refuses it without --force, whatever Redis's record says (it may be
+// gone, restored or rolled back).
+func (a *Archive) TrimLacks(ctx context.Context, p Policy) (n int64, first brand.StreamID, err error) {
+	if p.KeepLast <= 0 && p.KeepFor <= 0 {
+		return 0, first, ErrNoPolicy
+	}
+	info, err := a.log.Info(ctx)
+	if err != nil {
+		return 0, first, err
+	}
+	limit := int64(-1) // entries KeepLast removes
+	if p.KeepLast > 0 {
+		limit = max(info.Length-p.KeepLast, 0)
+	}
+	var cutoff brand.StreamID // KeepFor removes the entries below it
+	if p.KeepFor > 0 {
+		cutoff = brand.WindowStart(time.Now().Add(-p.KeepFor))
+	}
+	removed := func(i int64, sid brand.StreamID) bool {
+		return (limit >= 0 && i < limit) || (p.KeepFor > 0 && sid.Compare(cutoff) < 0)
+	}
+	saved := a.holds
+	defer func() { a.holds = saved }()
+	a.holds = holds{}
+	from, seen := stream.First, int64(0)
+	for {
+		live, err := a.log.ReadFlat(ctx, from, stream.Last, compareChunk)
+		if err != nil {
+			return 0, first, err
+		}
+		k := 0
+		for k < len(live) && removed(seen+int64(k), live[k].StreamID) {
+			k++
+		}
+		if k > 0 {
+			missing, err := a.lacking(ctx, live[:k])
+			if err != nil {
+				return 0, first, err
+			}
+			for _, sid := range missing {
+				a.keep(sid)
+			}
+		}
+		seen += int64(k)
+		if k < len(live) || len(live) < compareChunk {
+			return a.holds.kept, a.holds.firstGap, nil
+		}
+		if from, _ = live[len(live)-1].StreamID.Next(); from.IsZero() {
+			return a.holds.kept, a.holds.firstGap, nil
+		}
+	}
 }
