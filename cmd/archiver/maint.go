@@ -146,13 +146,16 @@ func verifyCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("remote: %w%s", err, remoteRepair(err))
 			}
-			marks, err := a.VerifyWatermarks(c.Context)
-			if err != nil {
-				return fmt.Errorf("remote: %w%s", err, remoteRepair(err))
-			}
+			// The local copies before the watermarks: the watermarks are read
+			// through the local segments, and a corrupt one is the local
+			// copy's fault, named so, not the remote's.
 			local, err := a.Volume().VerifyLocal(c.Context)
 			if err != nil {
 				return fmt.Errorf("local: %w (repair with: archiver pull)", err)
+			}
+			marks, err := a.VerifyWatermarks(c.Context)
+			if err != nil {
+				return fmt.Errorf("watermarks: %w%s", err, remoteRepair(err))
 			}
 			out := map[string]any{"remote": remote, "watermarks": marks, "local": local, "ok": true}
 			// The remote was proven against Redis's record when it was opened.
