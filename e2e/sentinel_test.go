@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/silt-dev/silt/internal/testing/testserver"
 )
@@ -132,6 +135,16 @@ func sentinelSchedule(t *testing.T, seed uint64) {
 
 	seen, lines := readIDs(t, append(env, "SILT_DATA_DIR="+filepath.Join(dir, "cold")))
 	bad := missingOnce(seen, receipts)
+	// A reader on a replica (replica_only) reads the same history, once
+	// the replicas have it.
+	if !kill {
+		master.Stop() // the old master, a replica again, may still be resyncing: read from the other
+	}
+	waitReplicated(t, s)
+	onReplica, _ := readIDs(t, append(env, "SILT_REDIS_URL="+s.URL()+"&replica_only=true", "SILT_DATA_DIR="+filepath.Join(dir, "cold-replica")))
+	if n := len(missingOnce(onReplica, receipts)); n > 0 || len(onReplica) != len(seen) {
+		t.Fatalf("a read from a replica (replica_only): %d receipts not read once, %d ids against %d on the master", n, len(onReplica), len(seen))
+	}
 	dups := 0
 	for _, n := range seen {
 		dups += max(n-1, 0)
@@ -165,5 +178,21 @@ func sentinelSchedule(t *testing.T, seed uint64) {
 	}
 	if len(bad) > 0 || dups > 0 || unhandled > 0 {
 		t.Fatalf("%d receipts not read exactly once (%v), %d ids read twice, %d receipts never handled", len(bad), bad, dups, unhandled)
+	}
+}
+
+// waitReplicated waits until the master's replicas acknowledged its writes
+// (WAIT on a connection that wrote: a PING does not count, a SET does).
+func waitReplicated(t *testing.T, s *testserver.Sentinels) {
+	t.Helper()
+	ctx := context.Background()
+	c := s.Universal(t).(*redis.Client)
+	conn := c.Conn()
+	defer conn.Close()
+	if err := conn.Set(ctx, "emq:{cm}:failover-probe", "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n < 1 {
+		t.Fatalf("no replica acknowledged the master's writes: %d, %v", n, err)
 	}
 }
