@@ -3,9 +3,13 @@ package archive_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/silt-dev/silt/pkg/archive"
+	"github.com/silt-dev/silt/pkg/brand"
 	"github.com/silt-dev/silt/pkg/stream"
 )
 
@@ -77,5 +81,100 @@ func TestHolds_TrimLacksWithoutARecord(t *testing.T) {
 		if err != nil || n != c.want || (n > 0 && first.String() != live[0]) {
 			t.Fatalf("keep %d: %d lacking from %s, %v; want %d", c.keep, n, first, err, c.want)
 		}
+	}
+}
+
+// A stream rolled back under its archive, as a promoted replica's is: the
+// live stream emptied and its top set back (XSETID), then entries written
+// again below W: 1,200 the archive holds (one of them under its id with
+// other fields, as a second master of a split brain would write it), 100
+// it lacks, and the 10 that were live above W. A merged read returns each
+// entry once (the one written twice under one id both times, the
+// archive's first), in id order across pages of 1,000; the run trims only
+// the 500 archived entries below the first it lacks, and keeps 101.
+func TestHolds_ARolledBackStreamKeepsWhatTheArchiveLacks(t *testing.T) {
+	ctx := context.Background()
+	e, _ := remoteDir(t)
+	ids := e.appendN(t, 2000)
+	a := e.open(t)
+	a.SliceEntries, a.Exact = 500, true
+	if _, err := a.Run(ctx, archive.Policy{KeepLast: 10}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var all []archive.Item
+	for it, err := range a.Read(ctx, stream.First, stream.Last) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, it)
+	}
+	key := e.log.Key()
+	e.rdb.XTrimMaxLen(ctx, key, 0)
+	if err := e.rdb.Do(ctx, "XSETID", key, "0-1", "MAXDELETEDID", "0-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	type entry struct {
+		sid    brand.StreamID
+		fields []string
+	}
+	var again []entry
+	add := func(sid brand.StreamID, f stream.Fields) {
+		id, _ := brand.New(brand.EVT, sid)
+		kv := []string{"id", id.String()}
+		for k, v := range f {
+			kv = append(kv, k, v)
+		}
+		again = append(again, entry{sid, kv})
+	}
+	for i, it := range all {
+		switch {
+		case i < 1200 && i == 500:
+			add(it.StreamID, stream.Fields{"n": "other", "pad": "split brain"})
+		case i < 1200, i >= 1990:
+			add(it.StreamID, it.Fields)
+		}
+		if i >= 1000 && i < 1100 { // ids the archive never held
+			add(brand.StreamID{MS: it.StreamID.MS, Seq: it.StreamID.Seq + 500000}, stream.Fields{"late": "1"})
+		}
+	}
+	slices.SortFunc(again, func(x, y entry) int { return x.sid.Compare(y.sid) })
+	for _, x := range again {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: x.sid.String(), Values: x.fields}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := e.open(t)
+	if err := r.CheckRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var prev brand.StreamID
+	seen, n := map[string]int{}, 0
+	for it, err := range r.Read(ctx, stream.First, stream.Last) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.StreamID.Compare(prev) < 0 {
+			t.Fatalf("entry %d: %s after %s", n, it.StreamID, prev)
+		}
+		prev = it.StreamID
+		seen[it.ID.String()]++
+		n++
+	}
+	if n != 2000+100+1 || seen[ids[500].String()] != 2 {
+		t.Fatalf("the merged read returned %d entries (want 2,101), %s %d times (want 2)", n, ids[500], seen[ids[500].String()])
+	}
+	for i, id := range ids {
+		if seen[id.String()] != 1 && i != 500 {
+			t.Fatalf("entry %d (%s) read %d times", i, id, seen[id.String()])
+		}
+	}
+	r.SliceEntries, r.Exact = 500, true
+	res, err := r.Run(ctx, archive.Policy{KeepLast: 10}, nil)
+	if !errors.Is(err, archive.ErrKeptUnarchived) || res.KeptUnarchived != 101 || res.FirstKept != ids[500].StreamID.String() || res.Trimmed != 500 {
+		t.Fatalf("run over the rolled-back stream: %+v, %v; want 101 kept from %s, 500 trimmed", res, err, ids[500].StreamID)
+	}
+	if got := xlen(t, e); got != 1200+100+10-500 {
+		t.Fatalf("stream holds %d after the run, want %d", got, 1200+100+10-500)
 	}
 }
