@@ -57,6 +57,7 @@ func (c *covered) add(from, to brand.StreamID) {
 
 // holds is what the run's checks of the entries its trims remove found.
 type holds struct {
+	node     string // the Redis node the run's slices were read from (stream.Log.Node)
 	own      covered
 	checked  brand.StreamID // live entries at or below this were compared (or are the run's own)
 	kept     int64          // live entries found at or below W that the archive lacks
@@ -69,6 +70,12 @@ type holds struct {
 // or the first live entry the archive lacks.
 func (a *Archive) trimBound(ctx context.Context, w brand.StreamID) (brand.StreamID, error) {
 	min, _ := w.Next()
+	if node := a.log.Node(ctx); node != a.holds.node {
+		// Another node now (a failover mid-run): it may hold other
+		// entries than the run read, in its own slices too.
+		a.warnf("archive %s: the run now talks to another Redis node (a failover?): every live entry at or below W %s is compared with the archive before the trim", a.log.Key(), w)
+		a.holds.own, a.holds.checked, a.holds.node = covered{}, brand.StreamID{}, node
+	}
 	if err := a.checkBelow(ctx, w); err != nil {
 		return min, err
 	}

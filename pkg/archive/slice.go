@@ -69,7 +69,7 @@ func (a *Archive) Run(ctx context.Context, p Policy, progress Progress) (res Res
 		return res, ErrNoPolicy
 	}
 	looked := a.justOpened()
-	a.holds = holds{}
+	a.holds = holds{node: a.log.Node(ctx)}
 	defer func() {
 		res.KeptUnarchived, res.FirstKept = a.holds.kept, a.holds.first()
 		if err == nil && res.KeptUnarchived > 0 {

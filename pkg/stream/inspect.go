@@ -227,3 +227,25 @@ func oldestPending(ctx context.Context, l *Log, gs *GroupStatus, firstID string)
 	gs.PendingTrimmed = int64(len(below))
 	return nil
 }
+
+// Node names the Redis server the log's client talks to now: its run_id
+// (INFO server). A failover that moves the client to another node (a
+// Sentinel client following a promotion) changes it. It is "" when that
+// cannot be told: a cluster client (each key's node is the cluster's to
+// choose), or INFO refused.
+func (l *Log) Node(ctx context.Context) string {
+	c, ok := l.rdb.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
