@@ -273,17 +273,8 @@ func OpenRedis(ctx context.Context, c *cli.Context) (redis.UniversalClient, erro
 		if err != nil {
 			return nil, Usagef("--redis", "%s: %v", Redact(u), scrub(err, u))
 		}
-		if o.TLSConfig != nil {
-			o.TLSConfig.MinVersion = tls.VersionTLS12
-			if ca := c.String(FlagRedisCA); ca != "" {
-				pool, err := loadCA(ca)
-				if err != nil {
-					return nil, Usagef("--redis-ca", "%v", err)
-				}
-				o.TLSConfig.RootCAs = pool
-			}
-		} else if c.String(FlagRedisCA) != "" {
-			return nil, Usagef("--redis-ca", "given for %s, which is not a rediss:// URL", Redact(u))
+		if err := redisTLS(c, o.TLSConfig, u); err != nil {
+			return nil, err
 		}
 		opts = append(opts, o)
 	}
@@ -385,6 +376,27 @@ func newClient(opts []*redis.Options, cluster bool) redis.UniversalClient {
 		Addrs: addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		DialTimeout: 3 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRedirects: 8,
 	})
+}
+
+// redisTLS sets up the TLS settings of a rediss:// URL raw (cfg; nil for
+// redis://): TLS 1.2 at least, --redis-ca's roots when given, which a plain
+// URL refuses.
+func redisTLS(c *cli.Context, cfg *tls.Config, raw string) error {
+	if cfg == nil {
+		if c.String(FlagRedisCA) != "" {
+			return Usagef("--redis-ca", "given for %s, which is not a rediss:// URL", Redact(raw))
+		}
+		return nil
+	}
+	cfg.MinVersion = tls.VersionTLS12
+	if ca := c.String(FlagRedisCA); ca != "" {
+		pool, err := loadCA(ca)
+		if err != nil {
+			return Usagef("--redis-ca", "%v", err)
+		}
+		cfg.RootCAs = pool
+	}
+	return nil
 }
 
 // loadCA reads a PEM bundle of CA certificates.

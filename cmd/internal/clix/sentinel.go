@@ -39,16 +39,8 @@ func openSentinel(ctx context.Context, c *cli.Context, raw string) (redis.Univer
 	if o.MasterName == "" {
 		return nil, Usagef("--redis", "%s: master_name is empty", Redact(raw))
 	}
-	if o.TLSConfig != nil {
-		if ca := c.String(FlagRedisCA); ca != "" {
-			pool, err := loadCA(ca)
-			if err != nil {
-				return nil, Usagef("--redis-ca", "%v", err)
-			}
-			o.TLSConfig.RootCAs = pool
-		}
-	} else if c.String(FlagRedisCA) != "" {
-		return nil, Usagef("--redis-ca", "given for %s, which is not a rediss:// URL", Redact(raw))
+	if err := redisTLS(c, o.TLSConfig, raw); err != nil {
+		return nil, err
 	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = 3 * time.Second
