@@ -54,6 +54,17 @@ func waitSynced(t *testing.T, m, r *testserver.RedisServer) {
 	t.Fatalf("replica %s never synced with %s", r.Addr, m.Addr)
 }
 
+// failoverPair starts a master and its replica, each with an archiver's
+// environment of its own (its data directory) on one local-directory
+// remote, under dir.
+func failoverPair(t *testing.T) (m, r *testserver.RedisServer, envM, envR []string, dir string) {
+	t.Helper()
+	m, r = replicated(t)
+	dir = t.TempDir()
+	remote := "file://" + filepath.Join(dir, "remote")
+	return m, r, archiverEnv(m, filepath.Join(dir, "data-m"), remote), archiverEnv(r, filepath.Join(dir, "data-r"), remote), dir
+}
+
 // promote makes r a master (REPLICAOF NO ONE), as Sentinel or an operator does.
 func promote(t *testing.T, r *testserver.RedisServer) {
 	t.Helper()
@@ -116,11 +127,7 @@ func archiverStatus(t *testing.T, env []string) map[string]any {
 // its top passes that W, trims only what the archive holds and keeps
 // them (exit 6), and status counts them.
 func TestFailover_SplitBrainKeepsEveryReceipt(t *testing.T) {
-	m, r := replicated(t)
-	dir := t.TempDir()
-	remote := "file://" + filepath.Join(dir, "remote")
-	envM := archiverEnv(m, filepath.Join(dir, "data-m"), remote)
-	envR := archiverEnv(r, filepath.Join(dir, "data-r"), remote)
+	m, r, envM, envR, dir := failoverPair(t)
 	run := []string{"run", "--stream", "events", "--keep-last", "10", "--exact"}
 
 	base := feed(t, envM, 50)
@@ -161,11 +168,7 @@ func TestFailover_SplitBrainKeepsEveryReceipt(t *testing.T) {
 // ids). R's reads return them, R's run refuses (W above its top) without
 // moving its record, and once R's top passes W its run keeps them.
 func TestFailover_ProducerBehindTheWatermark(t *testing.T) {
-	m, r := replicated(t)
-	dir := t.TempDir()
-	remote := "file://" + filepath.Join(dir, "remote")
-	envM := archiverEnv(m, filepath.Join(dir, "data-m"), remote)
-	envR := archiverEnv(r, filepath.Join(dir, "data-r"), remote)
+	m, r, envM, envR, dir := failoverPair(t)
 	run := []string{"run", "--stream", "events", "--keep-last", "5", "--exact"}
 	ctx := context.Background()
 

@@ -227,9 +227,7 @@ func (a *Archive) Unarchived(ctx context.Context) (n int64, first brand.StreamID
 	if err != nil || st.W.IsZero() {
 		return 0, first, err
 	}
-	saved := a.holds
-	defer func() { a.holds = saved }()
-	a.holds = holds{}
+	defer a.aside()()
 	if err := a.compareLive(ctx, stream.First, st.W); err != nil {
 		return 0, first, err
 	}
@@ -263,9 +261,7 @@ func (a *Archive) neverHeld(ctx context.Context, rec stream.ArchiveRecord) (int6
 	if err := a.walkRecords(ctx, from, head.W, func(Record) bool { archived++; return true }); err != nil {
 		return 0, fmt.Errorf("archive %s: the commits above Redis's record: %w", a.log.Key(), err)
 	}
-	saved := a.holds // the run's trims compare these entries again, and count what they keep
-	defer func() { a.holds = saved }()
-	a.holds = holds{}
+	defer a.aside()() // the run's trims compare these entries again, and count what they keep
 	n, err := a.compareLiveN(ctx, from, head.W)
 	if err != nil {
 		return 0, err
@@ -298,9 +294,7 @@ func (a *Archive) TrimLacks(ctx context.Context, p Policy) (n int64, first brand
 	removed := func(i int64, sid brand.StreamID) bool {
 		return (limit >= 0 && i < limit) || (p.KeepFor > 0 && sid.Compare(cutoff) < 0)
 	}
-	saved := a.holds
-	defer func() { a.holds = saved }()
-	a.holds = holds{}
+	defer a.aside()()
 	from, seen := stream.First, int64(0)
 	for {
 		live, err := a.log.ReadFlat(ctx, from, stream.Last, compareChunk)
@@ -328,4 +322,13 @@ func (a *Archive) TrimLacks(ctx context.Context, p Policy) (n int64, first brand
 			return a.holds.kept, a.holds.firstGap, nil
 		}
 	}
+}
+
+// aside sets the run's holds aside for a count of its own (a status, a
+// trim's check, the commits above the record) and returns what puts them
+// back.
+func (a *Archive) aside() (restore func()) {
+	saved := a.holds
+	a.holds = holds{}
+	return func() { a.holds = saved }
 }
